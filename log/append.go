@@ -1,0 +1,268 @@
+package log
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// AppendInfo describes the result of an append.
+type AppendInfo struct {
+	// FirstOffset and LastOffset are the offsets of the first and last
+	// record appended.
+	FirstOffset, LastOffset int64
+	// MaxTimestamp is the largest batch max timestamp appended.
+	MaxTimestamp int64
+	// Batches and Records count what was appended.
+	Batches, Records int
+	// Bytes is the number of bytes written to the log.
+	Bytes int
+}
+
+// Append appends one or more record batches (concatenated v2 batches, as a
+// produce request carries them) as the leader: every batch is validated,
+// then given consecutive offsets starting at LogEndOffset and the leader
+// epoch NoLeaderEpoch. See AppendAsLeader.
+func (l *Log) Append(batches []byte) (AppendInfo, error) {
+	return l.AppendAsLeader(batches, NoLeaderEpoch)
+}
+
+// AppendAsLeader appends batches as the partition leader at leaderEpoch:
+// each batch is validated (framing, CRC, records), then its base offset
+// and partition leader epoch are rewritten in place in the caller's slice
+// (both lie outside the CRC) and the bytes written to the active segment.
+// It returns once the data is in the segment file (page cache) and
+// indexed: offsets are final, and readers can see it. With
+// Options.SyncEveryAppend it also waits for the fsync.
+//
+// On error nothing is appended. The caller may reuse batches when Append
+// returns.
+func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, error) {
+	info, err := l.validateBatches(batches)
+	if err != nil {
+		return info, err
+	}
+	return l.appendValidated(batches, info, func(first int64) error {
+		next := first
+		for rest := batches; len(rest) > 0; {
+			b, r, _ := SplitBatch(rest)
+			b.setBaseOffset(next)
+			b.setLeaderEpoch(leaderEpoch)
+			next += int64(b.LastOffsetDelta()) + 1
+			rest = r
+		}
+		return nil
+	})
+}
+
+// AppendAsFollower appends batches that already carry their offsets and
+// leader epochs, as a replica copying its leader does. The first batch's
+// base offset must be at least LogEndOffset and each batch must start
+// after the previous one ends (gaps are allowed, as in compacted Kafka
+// topics); batches are validated but not modified.
+func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
+	info, err := l.validateBatches(batches)
+	if err != nil {
+		return info, err
+	}
+	return l.appendValidated(batches, info, func(first int64) error {
+		next := first
+		for rest := batches; len(rest) > 0; {
+			b, r, _ := SplitBatch(rest)
+			if b.BaseOffset() < next {
+				return fmt.Errorf("%w: follower batch at offset %d, expected at least %d", ErrInvalidRecord, b.BaseOffset(), next)
+			}
+			next = b.NextOffset()
+			rest = r
+		}
+		return nil
+	})
+}
+
+// validateBatches checks every batch without holding the lock and counts
+// records, bytes and the largest timestamp.
+func (l *Log) validateBatches(batches []byte) (AppendInfo, error) {
+	var info AppendInfo
+	info.MaxTimestamp = NoTimestamp
+	if len(batches) == 0 {
+		return info, fmt.Errorf("%w: no batches", ErrInvalidRecord)
+	}
+	for rest := batches; len(rest) > 0; {
+		b, r, err := SplitBatch(rest)
+		if err != nil {
+			return info, err
+		}
+		if b.Size() > l.opts.MaxBatchBytes {
+			return info, fmt.Errorf("%w: %d bytes, limit %d", ErrBatchTooLarge, b.Size(), l.opts.MaxBatchBytes)
+		}
+		if err := b.Validate(); err != nil {
+			return info, err
+		}
+		info.Batches++
+		info.Records += int(b.RecordCount())
+		info.MaxTimestamp = max(info.MaxTimestamp, b.MaxTimestamp())
+		rest = r
+	}
+	info.Bytes = len(batches)
+	if info.Bytes > int(l.opts.SegmentBytes) {
+		return info, fmt.Errorf("%w: %d bytes in one append, segment size %d", ErrBatchTooLarge, info.Bytes, l.opts.SegmentBytes)
+	}
+	return info, nil
+}
+
+// appendValidated assigns or checks offsets (stamp), rolls if needed and
+// writes. stamp gets the log end offset and must leave the batches'
+// offsets final.
+func (l *Log) appendValidated(batches []byte, info AppendInfo, stamp func(leo int64) error) (AppendInfo, error) {
+	start := time.Now()
+	l.mu.Lock()
+	if err := l.failure(); err != nil {
+		l.mu.Unlock()
+		return info, err
+	}
+	leo := l.leo.Load()
+	if err := stamp(leo); err != nil {
+		l.mu.Unlock()
+		return info, err
+	}
+	first, _, _ := SplitBatch(batches)
+	info.FirstOffset = first.BaseOffset()
+	info.LastOffset = lastBatchOf(batches).LastOffset()
+	if err := l.maybeRoll(info); err != nil {
+		l.mu.Unlock()
+		return info, err
+	}
+	if err := l.writeToActive(batches); err != nil {
+		l.mu.Unlock()
+		return info, err
+	}
+	l.leo.Store(info.LastOffset + 1)
+	l.unsyncedMsgs += info.Records
+	syncNow := l.opts.SyncEveryAppend ||
+		(l.opts.SyncEveryMessages > 0 && l.unsyncedMsgs >= l.opts.SyncEveryMessages)
+	if syncNow {
+		l.unsyncedMsgs = 0
+	}
+	l.mu.Unlock()
+	l.waiters.wake()
+	l.stats.appended(info, time.Since(start))
+	if syncNow {
+		if err := l.Sync(); err != nil {
+			return info, err
+		}
+	}
+	return info, nil
+}
+
+// lastBatchOf returns the last batch of already-validated batches.
+func lastBatchOf(batches []byte) Batch {
+	var last Batch
+	for rest := batches; len(rest) > 0; {
+		last, rest, _ = SplitBatch(rest)
+	}
+	return last
+}
+
+// writeToActive writes validated, stamped batches to the active segment
+// and indexes them. On a write error the segment keeps its old size.
+func (l *Log) writeToActive(batches []byte) error {
+	s := l.active()
+	pos := s.size.Load()
+	if _, err := s.file.WriteAt(batches, pos); err != nil {
+		// Drop whatever part reached the file so that a crash does not
+		// find it; the next append overwrites it anyway.
+		_ = s.file.Truncate(pos)
+		return fmt.Errorf("replog/log: append to %s: %w", s.path(logSuffix), err)
+	}
+	for rest, p := batches, pos; len(rest) > 0; {
+		b, r, _ := SplitBatch(rest)
+		s.indexBatch(b, p)
+		s.noteBatch(b)
+		p += int64(len(b))
+		rest = r
+	}
+	s.size.Store(pos + int64(len(batches)))
+	return nil
+}
+
+// maybeRoll rolls the active segment if the append described by info
+// would not fit it: size, age, a full index, or offsets too far from the
+// segment's base offset for the index's 32-bit relative offsets.
+func (l *Log) maybeRoll(info AppendInfo) error {
+	s := l.active()
+	size := s.size.Load()
+	if size == 0 {
+		if info.FirstOffset != s.base && (info.LastOffset-s.base > math.MaxInt32 || info.FirstOffset < s.base) {
+			return l.roll(info.FirstOffset)
+		}
+		return nil
+	}
+	switch {
+	case size+int64(info.Bytes) > l.opts.SegmentBytes,
+		l.opts.SegmentAge > 0 && l.now().Sub(s.rollBase) >= l.segmentAgeFor(s),
+		s.offIdx.count()+info.Batches >= l.opts.MaxIndexBytes/offsetEntrySize,
+		info.LastOffset-s.base > math.MaxInt32:
+		return l.roll(info.FirstOffset)
+	}
+	return nil
+}
+
+// segmentAgeFor is SegmentAge minus the segment's jitter.
+func (l *Log) segmentAgeFor(s *segment) time.Duration {
+	return l.opts.SegmentAge - s.jitter
+}
+
+// roll makes a new active segment starting at base. The old segment's
+// fsyncs happen on the background flusher (or inline when syncRollInline
+// is set, to measure what that costs).
+func (l *Log) roll(base int64) error {
+	old := l.active()
+	if old.size.Load() == 0 {
+		if old.base == base {
+			return nil
+		}
+		// Replace an empty active segment instead of keeping it.
+		return l.replaceEmptyActive(base)
+	}
+	s, err := createSegment(l.seg, base, l.now())
+	if err != nil {
+		return fmt.Errorf("replog/log: roll: %w", err)
+	}
+	l.setJitter(s)
+	old.timeIdx.maybeAppend(old.maxTS.Load(), old.relOfMaxTS)
+	segs := l.segments()
+	next := make([]*segment, len(segs), len(segs)+1)
+	copy(next, segs)
+	l.setSegments(append(next, s))
+	l.dirDirty.Store(true)
+	l.stats.rolls.Add(1)
+	l.bg.enqueueRolled(old)
+	if l.opts.syncRollInline {
+		return l.bg.flushRolled()
+	}
+	return nil
+}
+
+// replaceEmptyActive swaps the empty active segment for one at base.
+func (l *Log) replaceEmptyActive(base int64) error {
+	old := l.active()
+	s, err := createSegment(l.seg, base, l.now())
+	if err != nil {
+		return fmt.Errorf("replog/log: roll: %w", err)
+	}
+	l.setJitter(s)
+	segs := l.segments()
+	next := append(append([]*segment(nil), segs[:len(segs)-1]...), s)
+	l.readMu.Lock()
+	l.setSegments(next)
+	l.readMu.Unlock()
+	l.dirDirty.Store(true)
+	l.bg.deleteLater(old)
+	return nil
+}
+
+func (l *Log) setJitter(s *segment) {
+	if l.opts.SegmentJitter > 0 {
+		s.jitter = time.Duration(l.rng.Int64N(int64(l.opts.SegmentJitter)))
+	}
+}

@@ -1,0 +1,161 @@
+package log
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// BatchOptions are the header fields of a batch being built. The zero
+// value is not usable as is: use NewBatchBuilder, which sets the "absent"
+// producer fields.
+type BatchOptions struct {
+	// ProducerID, ProducerEpoch and BaseSequence identify an idempotent
+	// producer's batch; NoProducerID, NoProducerEpoch, NoSequence when
+	// absent.
+	ProducerID    int64
+	ProducerEpoch int16
+	BaseSequence  int32
+	// Attributes other than the codec (transactional, control,
+	// LogAppendTime).
+	Attributes int16
+	// Compressor, when set, compresses the records body; Codec is then
+	// written into the attributes. Nil means uncompressed.
+	Compressor Compressor
+}
+
+// Compressor compresses a records body for the batch builder; package
+// compression's Local satisfies it through log.CompressWith.
+type Compressor interface {
+	// CodecID is the codec id written into the batch attributes.
+	CodecID() int8
+	// Compress appends the compressed form of src to dst.
+	Compress(dst, src []byte) ([]byte, error)
+}
+
+// BatchBuilder builds one v2 record batch at a time. Reuse it with Reset:
+// its buffers are kept. Not safe for concurrent use.
+type BatchBuilder struct {
+	opts     BatchOptions
+	body     []byte
+	count    int32
+	baseTS   int64
+	maxTS    int64
+	compBody []byte
+}
+
+// NewBatchBuilder returns a builder for a batch without a producer id.
+func NewBatchBuilder() *BatchBuilder {
+	b := &BatchBuilder{}
+	b.Reset(BatchOptions{ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch, BaseSequence: NoSequence})
+	return b
+}
+
+// Reset starts a new batch with the given header fields, keeping buffers.
+func (bb *BatchBuilder) Reset(opts BatchOptions) {
+	bb.opts = opts
+	bb.body = bb.body[:0]
+	bb.count = 0
+	bb.maxTS = NoTimestamp
+}
+
+// Len is the number of records added since Reset.
+func (bb *BatchBuilder) Len() int { return int(bb.count) }
+
+// BodySize is the size of the uncompressed records added so far.
+func (bb *BatchBuilder) BodySize() int { return len(bb.body) }
+
+// Add appends a record with the given timestamp (milliseconds), key,
+// value (nil for null) and headers.
+func (bb *BatchBuilder) Add(timestamp int64, key, value []byte, headers ...Header) {
+	if bb.count == 0 {
+		bb.baseTS = timestamp
+	}
+	if timestamp > bb.maxTS {
+		bb.maxTS = timestamp
+	}
+	tsDelta := timestamp - bb.baseTS
+	offDelta := int64(bb.count)
+	size := 1 + varintLen(tsDelta) + varintLen(offDelta) +
+		bytesLen(key) + bytesLen(value) + varintLen(int64(len(headers)))
+	for _, h := range headers {
+		size += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value)
+	}
+	b := appendVarint(bb.body, int64(size))
+	b = append(b, 0) // record attributes
+	b = appendVarint(b, tsDelta)
+	b = appendVarint(b, offDelta)
+	b = appendBytes(b, key)
+	b = appendBytes(b, value)
+	b = appendVarint(b, int64(len(headers)))
+	for _, h := range headers {
+		b = appendVarint(b, int64(len(h.Key)))
+		b = append(b, h.Key...)
+		b = appendBytes(b, h.Value)
+	}
+	bb.body = b
+	bb.count++
+}
+
+func bytesLen(v []byte) int {
+	if v == nil {
+		return 1
+	}
+	return varintLen(int64(len(v))) + len(v)
+}
+
+func appendBytes(b, v []byte) []byte {
+	if v == nil {
+		return appendVarint(b, -1)
+	}
+	b = appendVarint(b, int64(len(v)))
+	return append(b, v...)
+}
+
+// Build appends the finished batch to dst and returns it. The batch's
+// base offset is 0 and its leader epoch NoLeaderEpoch: the log assigns
+// both on append. The builder may be Reset and reused afterwards.
+func (bb *BatchBuilder) Build(dst []byte) ([]byte, error) {
+	body := bb.body
+	attrs := bb.opts.Attributes &^ attrCodecMask
+	if c := bb.opts.Compressor; c != nil && c.CodecID() != 0 {
+		var err error
+		bb.compBody, err = c.Compress(bb.compBody[:0], bb.body)
+		if err != nil {
+			return dst, err
+		}
+		body = bb.compBody
+		attrs |= int16(c.CodecID()) & attrCodecMask
+	}
+	size := BatchHeaderSize + len(body)
+	if size-LogOverhead > math.MaxInt32 {
+		return dst, ErrBatchTooLarge
+	}
+	start := len(dst)
+	dst = append(dst, make([]byte, BatchHeaderSize)...)
+	h := dst[start:]
+	be := binary.BigEndian
+	be.PutUint64(h[offBaseOffset:], 0)
+	be.PutUint32(h[offLength:], uint32(size-LogOverhead))
+	Batch(h).setLeaderEpoch(NoLeaderEpoch)
+	h[offMagic] = MagicV2
+	be.PutUint16(h[offAttributes:], uint16(attrs))
+	lastDelta := bb.count - 1
+	if bb.count == 0 {
+		lastDelta = 0
+	}
+	be.PutUint32(h[offLastOffsetDelta:], uint32(lastDelta))
+	baseTS, maxTS := bb.baseTS, bb.maxTS
+	if bb.count == 0 {
+		baseTS, maxTS = NoTimestamp, NoTimestamp
+	}
+	be.PutUint64(h[offBaseTimestamp:], uint64(baseTS))
+	be.PutUint64(h[offMaxTimestamp:], uint64(maxTS))
+	be.PutUint64(h[offProducerID:], uint64(bb.opts.ProducerID))
+	be.PutUint16(h[offProducerEpoch:], uint16(bb.opts.ProducerEpoch))
+	be.PutUint32(h[offBaseSequence:], uint32(bb.opts.BaseSequence))
+	be.PutUint32(h[offRecordsCount:], uint32(bb.count))
+	dst = append(dst, body...)
+	batch := Batch(dst[start:])
+	be.PutUint32(batch[offCRC:], batch.ComputeCRC())
+	return dst, nil
+}

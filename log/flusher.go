@@ -1,0 +1,233 @@
+package log
+
+import (
+	"os"
+	"sync"
+	"time"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// flusher is the Log's background worker: it makes rolled segments
+// durable and advances the recovery point, removes deleted segments' files
+// after FileDeleteDelay, and runs interval syncs and retention. Its
+// goroutine is started by Open and stopped by Close.
+type flusher struct {
+	l *Log
+
+	mu        sync.Mutex
+	pending   []*segment // rolled segments not yet flushed, oldest first
+	deletions []deletion
+
+	// flushMu serializes roll flushes with each other and with segment
+	// deletion, so a flush never touches the files of a deleted segment.
+	// Lock order: Log.mu before flushMu.
+	flushMu sync.Mutex
+
+	kick   chan struct{}
+	stopCh chan struct{}
+	done   chan struct{}
+}
+
+type deletion struct {
+	seg *segment
+	at  time.Time
+}
+
+func startFlusher(l *Log) *flusher {
+	f := &flusher{l: l, kick: make(chan struct{}, 1), stopCh: make(chan struct{}), done: make(chan struct{})}
+	go f.run()
+	return f
+}
+
+func (f *flusher) wake() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the goroutine and waits for it.
+func (f *flusher) stop() {
+	close(f.stopCh)
+	<-f.done
+}
+
+func (f *flusher) run() {
+	defer close(f.done)
+	l := f.l
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	nextSync := l.now().Add(l.opts.SyncInterval)
+	nextRetention := l.now().Add(l.opts.RetentionCheckInterval)
+	for {
+		if err := f.flushRolled(); err != nil {
+			l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
+		}
+		now := l.now()
+		f.deleteDue(now)
+		if l.opts.SyncInterval > 0 && !now.Before(nextSync) {
+			_ = l.Sync() // a failure is sticky and reported by later calls
+			nextSync = now.Add(l.opts.SyncInterval)
+		}
+		if l.opts.RetentionCheckInterval > 0 && !now.Before(nextRetention) {
+			if _, err := l.ApplyRetention(); err != nil {
+				l.opts.Logger.Warn("replog/log: retention failed", "dir", l.dir, "err", err)
+			}
+			nextRetention = now.Add(l.opts.RetentionCheckInterval)
+		}
+		wait := time.Hour
+		if d, ok := f.nextDeletion(); ok {
+			wait = min(wait, d.Sub(now))
+		}
+		if l.opts.SyncInterval > 0 {
+			wait = min(wait, nextSync.Sub(now))
+		}
+		if l.opts.RetentionCheckInterval > 0 {
+			wait = min(wait, nextRetention.Sub(now))
+		}
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case <-f.stopCh:
+			return
+		case <-f.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// enqueueRolled queues a just-rolled segment for flushing.
+func (f *flusher) enqueueRolled(s *segment) {
+	f.mu.Lock()
+	f.pending = append(f.pending, s)
+	f.mu.Unlock()
+	f.wake()
+}
+
+// flushRolled fsyncs the pending rolled segments (index files written and
+// fsynced too) and the directory, then advances and checkpoints the
+// recovery point. On failure the recovery point stays and the failure is
+// sticky.
+func (f *flusher) flushRolled() error {
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	f.mu.Lock()
+	pending := append([]*segment(nil), f.pending...)
+	f.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	l := f.l
+	if err := l.failedErr(); err != nil {
+		return err
+	}
+	start := time.Now()
+	for _, s := range pending {
+		if err := s.flushIndexes(true); err != nil {
+			return l.fail(err)
+		}
+		size := s.size.Load()
+		if s.durable.Load() < size {
+			if err := vfs.Datasync(s.file); err != nil {
+				return l.fail(err)
+			}
+			l.stats.fsyncs.Add(1)
+			s.durable.Store(size)
+		}
+	}
+	if err := l.syncDirIfDirty(); err != nil {
+		return l.fail(err)
+	}
+	rp := l.segmentAfter(pending[len(pending)-1])
+	if rp > l.recoveryPt.Load() {
+		if err := l.writeRecoveryPoint(rp); err != nil {
+			return err
+		}
+		l.markDurable(rp)
+	}
+	f.mu.Lock()
+	f.pending = f.pending[len(pending):]
+	f.mu.Unlock()
+	l.stats.bgFlushes.Add(1)
+	l.stats.bgFlushNanos.Add(int64(time.Since(start)))
+	return nil
+}
+
+// forget drops a segment from the pending flushes (it is being deleted).
+// Callers hold flushMu.
+func (f *flusher) forget(s *segment) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, p := range f.pending {
+		if p == s {
+			f.pending = append(f.pending[:i:i], f.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// deleteLater renames a removed segment's files to *.deleted and removes
+// them after FileDeleteDelay, so that readers holding file regions can
+// finish. Callers hold Log.mu and have taken the segment out of the list.
+func (f *flusher) deleteLater(s *segment) error {
+	f.flushMu.Lock()
+	f.forget(s)
+	f.flushMu.Unlock()
+	l := f.l
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		p := s.path(suffix)
+		if err := l.opts.FS.Rename(p, p+deletedSuffix); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	l.dirDirty.Store(true)
+	l.stats.deleted.Add(1)
+	f.mu.Lock()
+	f.deletions = append(f.deletions, deletion{seg: s, at: l.now().Add(l.opts.FileDeleteDelay)})
+	f.mu.Unlock()
+	f.wake()
+	return nil
+}
+
+func (f *flusher) nextDeletion() (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.deletions) == 0 {
+		return time.Time{}, false
+	}
+	return f.deletions[0].at, true
+}
+
+// deleteDue closes and removes the files of deletions that are due.
+func (f *flusher) deleteDue(now time.Time) {
+	f.mu.Lock()
+	var due []deletion
+	for len(f.deletions) > 0 && !f.deletions[0].at.After(now) {
+		due = append(due, f.deletions[0])
+		f.deletions = f.deletions[1:]
+	}
+	f.mu.Unlock()
+	for _, d := range due {
+		f.removeFiles(d.seg)
+	}
+}
+
+// deleteAllPending removes every deleted segment's files now (Close).
+func (f *flusher) deleteAllPending() {
+	f.mu.Lock()
+	due := f.deletions
+	f.deletions = nil
+	f.mu.Unlock()
+	for _, d := range due {
+		f.removeFiles(d.seg)
+	}
+}
+
+func (f *flusher) removeFiles(s *segment) {
+	_ = s.close()
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if err := f.l.opts.FS.Remove(s.path(suffix) + deletedSuffix); err != nil && !os.IsNotExist(err) {
+			f.l.opts.Logger.Warn("replog/log: removing deleted segment file", "err", err)
+		}
+	}
+}

@@ -1,0 +1,225 @@
+package log
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Log is a segmented, append-only log of record batches in one directory.
+//
+// A Log is safe for concurrent use: Append calls serialize internally,
+// Read and Sync may run concurrently with them and with each other, and
+// readers do not wait for appenders. Every goroutine the Log starts (its
+// background flusher) stops in Close.
+type Log struct {
+	dir  string
+	opts Options
+	seg  segConfig
+
+	// mu serializes appends, rolls, truncation and retention: everything
+	// that changes segments or offsets.
+	mu sync.Mutex
+	// readMu is held shared by readers while they read segment files, and
+	// exclusively by truncation and segment deletion, so that a reader
+	// never sees bytes being truncated under it.
+	readMu sync.RWMutex
+
+	segs       atomic.Pointer[[]*segment] // immutable slice, replaced on change
+	leo        atomic.Int64               // log end offset: next offset to assign
+	logStart   atomic.Int64
+	hw         atomic.Int64
+	recoveryPt atomic.Int64 // offsets below it are durable and checkpointed
+
+	unsyncedMsgs int // records since the last sync (appender-only, under mu)
+	dirDirty     atomic.Bool
+
+	sync    syncState
+	waiters waitList
+	bg      *flusher
+	stats   statCounters
+	rng     *rand.Rand // segment jitter, under mu
+
+	closed atomic.Bool
+	failed atomic.Pointer[error] // sticky fsync failure
+}
+
+// Open opens the log in dir, creating the directory if needed, and
+// recovers it if it was not closed cleanly (see the package
+// documentation).
+func Open(dir string, opts Options) (*Log, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := o.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	l := &Log{
+		dir:  dir,
+		opts: o,
+		seg:  segConfig{fs: o.FS, dir: dir, interval: o.IndexIntervalBytes},
+		rng:  rand.New(rand.NewPCG(uint64(o.Now().UnixNano()), 0x5eed)),
+	}
+	l.sync.init()
+	if err := l.load(); err != nil {
+		l.closeFiles()
+		return nil, fmt.Errorf("replog/log: open %s: %w", dir, err)
+	}
+	l.bg = startFlusher(l)
+	return l, nil
+}
+
+// Dir is the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// LogEndOffset is the offset the next appended record will get.
+func (l *Log) LogEndOffset() int64 { return l.leo.Load() }
+
+// LogStartOffset is the first offset that can be read.
+func (l *Log) LogStartOffset() int64 { return l.logStart.Load() }
+
+// HighWatermark is the offset set by SetHighWatermark, never above the
+// log end offset. Reads with ReadOptions.UpToHighWatermark stop below it.
+func (l *Log) HighWatermark() int64 { return min(l.hw.Load(), l.leo.Load()) }
+
+// SetHighWatermark sets the high watermark, clamped to [LogStartOffset,
+// LogEndOffset], and wakes readers waiting on it. Replication calls it on
+// the leader as followers catch up; a standalone log may set it after
+// each Sync to expose only durable data.
+func (l *Log) SetHighWatermark(hw int64) {
+	hw = max(min(hw, l.leo.Load()), l.logStart.Load())
+	l.hw.Store(hw)
+	l.waiters.wake()
+}
+
+// RecoveryPoint is the offset below which everything is fsynced and need
+// not be scanned after a crash.
+func (l *Log) RecoveryPoint() int64 { return l.recoveryPt.Load() }
+
+// segments returns the current immutable segment list.
+func (l *Log) segments() []*segment { return *l.segs.Load() }
+
+func (l *Log) setSegments(s []*segment) { l.segs.Store(&s) }
+
+func (l *Log) active() *segment {
+	s := l.segments()
+	return s[len(s)-1]
+}
+
+// failure returns the sticky fsync error, or ErrClosed, or nil.
+func (l *Log) failure() error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if p := l.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records a failed fsync; every later append and sync returns it.
+func (l *Log) fail(err error) error {
+	wrapped := fmt.Errorf("%w: %w", ErrSyncFailed, err)
+	l.failed.CompareAndSwap(nil, &wrapped)
+	l.opts.Logger.Error("replog/log: fsync failed; the log refuses writes until reopened", "dir", l.dir, "err", err)
+	return *l.failed.Load()
+}
+
+// Close flushes everything, writes the checkpoints and the clean-shutdown
+// marker, stops the background flusher and closes all files. After a
+// failed fsync Close still releases everything but writes no marker, so
+// the next Open recovers. Close is idempotent.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed.Swap(true) {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	l.bg.stop()
+	l.waiters.wake()
+	l.sync.closeWaiters()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.failedErr()
+	if err == nil {
+		err = l.cleanShutdown()
+	}
+	l.readMu.Lock()
+	l.bg.deleteAllPending()
+	if cerr := l.closeFiles(); err == nil {
+		err = cerr
+	}
+	l.readMu.Unlock()
+	return err
+}
+
+func (l *Log) failedErr() error {
+	if p := l.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// cleanShutdown makes everything durable and leaves the marker that lets
+// the next Open skip recovery.
+func (l *Log) cleanShutdown() error {
+	if err := l.bg.flushRolled(); err != nil {
+		return err
+	}
+	if err := l.syncData(); err != nil {
+		return l.fail(err)
+	}
+	act := l.active()
+	act.timeIdx.maybeAppend(act.maxTS.Load(), act.relOfMaxTS)
+	for _, s := range l.segments() {
+		if err := s.flushIndexes(true); err != nil {
+			return l.fail(err)
+		}
+	}
+	if err := l.opts.FS.SyncDir(l.dir); err != nil {
+		return l.fail(err)
+	}
+	leo := l.leo.Load()
+	if err := l.writeRecoveryPoint(leo); err != nil {
+		return err
+	}
+	if err := writeOffsetCheckpoint(l.opts.FS, l.path(highWatermarkFile), l.HighWatermark()); err != nil {
+		return l.fail(err)
+	}
+	if err := writeOffsetCheckpoint(l.opts.FS, l.path(cleanShutdownFile), leo); err != nil {
+		return l.fail(err)
+	}
+	return nil
+}
+
+func (l *Log) closeFiles() error {
+	var first error
+	if p := l.segs.Load(); p != nil {
+		for _, s := range *p {
+			if err := s.close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+func (l *Log) path(name string) string { return l.dir + string(os.PathSeparator) + name }
+
+// writeRecoveryPoint persists rp and publishes it.
+func (l *Log) writeRecoveryPoint(rp int64) error {
+	if err := writeOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile), rp); err != nil {
+		return l.fail(err)
+	}
+	l.recoveryPt.Store(rp)
+	return nil
+}
+
+// now returns the log's clock.
+func (l *Log) now() time.Time { return l.opts.Now() }

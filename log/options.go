@@ -1,0 +1,131 @@
+package log
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultSegmentBytes       = 1 << 30
+	DefaultSegmentAge         = 7 * 24 * time.Hour
+	DefaultIndexIntervalBytes = 4096
+	DefaultMaxIndexBytes      = 10 << 20
+	DefaultMaxBatchBytes      = 8 << 20
+	DefaultFileDeleteDelay    = time.Minute
+	DefaultReadMaxBytes       = 1 << 20
+)
+
+// Options configure a Log. The zero value gives Kafka's defaults: 1 GiB
+// segments rolled after 7 days, an index entry every 4096 bytes, no
+// time- or count-based fsync (data is fsynced on roll, by Sync and on
+// Close), no retention.
+type Options struct {
+	// SegmentBytes is the size at which a segment is rolled.
+	SegmentBytes int64
+	// SegmentAge rolls a non-empty active segment this long after it was
+	// created; negative disables age-based rolling.
+	SegmentAge time.Duration
+	// SegmentJitter subtracts a random duration in [0, SegmentJitter) from
+	// SegmentAge, chosen once per segment, so that many logs do not roll
+	// at once.
+	SegmentJitter time.Duration
+	// IndexIntervalBytes is how many bytes are appended between two offset
+	// index entries.
+	IndexIntervalBytes int
+	// MaxIndexBytes is the size at which an offset index is full; the
+	// segment is then rolled.
+	MaxIndexBytes int
+	// MaxBatchBytes is the largest batch accepted by Append (and read
+	// during recovery). It is capped at SegmentBytes.
+	MaxBatchBytes int
+
+	// SyncEveryAppend makes each Append return only after its data was
+	// fsynced (sharing fsyncs with concurrent appenders).
+	SyncEveryAppend bool
+	// SyncEveryMessages fsyncs after this many records were appended since
+	// the last fsync (0: off). The append that crosses it waits for it.
+	SyncEveryMessages int
+	// SyncInterval fsyncs in the background this often (0: off).
+	SyncInterval time.Duration
+
+	// RetentionBytes deletes the oldest segments while the log is larger
+	// than this (0: unlimited).
+	RetentionBytes int64
+	// RetentionAge deletes segments whose newest timestamp is older than
+	// this (0: unlimited).
+	RetentionAge time.Duration
+	// RetentionCheckInterval applies retention in the background this
+	// often (0: only when ApplyRetention is called).
+	RetentionCheckInterval time.Duration
+	// FileDeleteDelay is how long the files of a deleted segment stay open
+	// (renamed to .deleted) so that readers holding regions can finish.
+	FileDeleteDelay time.Duration
+
+	// SkipReadCRC skips the CRC check of batches returned by Read. By
+	// default every batch read is verified, so a bit flip on disk is
+	// reported as ErrCorrupt instead of being returned.
+	SkipReadCRC bool
+
+	// Logger receives warnings (recovery truncations) and errors of the
+	// background flusher. Nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	// FS is the filesystem; nil means the real one. Tests use the
+	// crash-simulating and error-injecting filesystems of internal/vfs.
+	FS vfs.FS
+
+	// syncRollInline makes roll fsync on the append path, as Kafka did
+	// before KAFKA-15046; only benchmarks set it, to measure the baseline.
+	syncRollInline bool
+}
+
+// withDefaults returns a copy of o with zero fields set to their defaults,
+// or an error for contradictory values.
+func (o Options) withDefaults() (Options, error) {
+	if o.SegmentBytes == 0 {
+		o.SegmentBytes = DefaultSegmentBytes
+	}
+	if o.SegmentAge == 0 {
+		o.SegmentAge = DefaultSegmentAge
+	}
+	if o.IndexIntervalBytes == 0 {
+		o.IndexIntervalBytes = DefaultIndexIntervalBytes
+	}
+	if o.MaxIndexBytes == 0 {
+		o.MaxIndexBytes = DefaultMaxIndexBytes
+	}
+	if o.MaxBatchBytes == 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if int64(o.MaxBatchBytes) > o.SegmentBytes {
+		o.MaxBatchBytes = int(o.SegmentBytes)
+	}
+	if o.FileDeleteDelay == 0 {
+		o.FileDeleteDelay = DefaultFileDeleteDelay
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case o.SegmentBytes < BatchHeaderSize || o.SegmentBytes > 1<<31-1:
+		return o, fmt.Errorf("replog/log: SegmentBytes %d outside [%d, 2^31-1]", o.SegmentBytes, BatchHeaderSize)
+	case o.IndexIntervalBytes < 0, o.MaxIndexBytes < 4*offsetEntrySize, o.MaxBatchBytes < BatchHeaderSize:
+		return o, fmt.Errorf("replog/log: invalid index or batch size options")
+	case o.SyncEveryMessages < 0, o.SyncInterval < 0, o.RetentionBytes < 0, o.RetentionAge < 0,
+		o.RetentionCheckInterval < 0, o.FileDeleteDelay < 0, o.SegmentJitter < 0:
+		return o, fmt.Errorf("replog/log: negative option")
+	}
+	return o, nil
+}

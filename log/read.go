@@ -1,0 +1,214 @@
+package log
+
+import (
+	"fmt"
+	"io"
+	"sort"
+)
+
+// ReadOptions bound a read.
+type ReadOptions struct {
+	// MaxBytes bounds the bytes returned, except that the first batch is
+	// always returned whole even if larger. 0 means DefaultReadMaxBytes.
+	MaxBytes int
+	// UpToHighWatermark returns only batches below the high watermark
+	// (what consumers may see), instead of up to the log end offset.
+	UpToHighWatermark bool
+}
+
+// Region is a run of whole batches inside a segment file, for zero-copy
+// sending (package send writes it with sendfile). File stays readable
+// until the segment is deleted and FileDeleteDelay has passed.
+type Region struct {
+	// File is the segment file; with the real filesystem it is an *os.File.
+	File io.ReaderAt
+	// Position and Length locate the bytes in File.
+	Position, Length int64
+	// FirstOffset is the base offset of the first batch, NextOffset the
+	// offset after the last one (where the next read continues).
+	FirstOffset, NextOffset int64
+}
+
+// readBounds checks offset against the readable range and returns its end.
+func (l *Log) readBounds(offset int64, o ReadOptions) (end int64, err error) {
+	if l.closed.Load() {
+		return 0, ErrClosed
+	}
+	start, end := l.logStart.Load(), l.leo.Load()
+	if o.UpToHighWatermark {
+		end = l.HighWatermark()
+	}
+	if offset < start || offset > end {
+		return 0, fmt.Errorf("%w: offset %d, readable range [%d, %d]", ErrOffsetOutOfRange, offset, start, end)
+	}
+	return end, nil
+}
+
+// locate finds the first batch whose last offset is >= offset, searching
+// from the segment that should hold it. Callers hold readMu shared.
+func (l *Log) locate(offset, end int64) (*segment, int64, Batch, bool, error) {
+	segs := l.segments()
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
+	for i = max(i, 0); i < len(segs); i++ {
+		pos, hdr, ok, err := segs[i].find(offset, l.opts.MaxBatchBytes)
+		if err != nil {
+			return nil, 0, nil, false, err
+		}
+		if ok {
+			if hdr.BaseOffset() >= end {
+				return nil, 0, nil, false, nil
+			}
+			return segs[i], pos, hdr, true, nil
+		}
+	}
+	return nil, 0, nil, false, nil
+}
+
+// regionEnd returns the position where the batches readable below end
+// stop in s, starting from pos.
+func (l *Log) regionEnd(s *segment, end int64) (int64, error) {
+	limit := s.size.Load()
+	if end < s.next.Load() {
+		p, _, ok, err := s.find(end, l.opts.MaxBatchBytes)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			limit = p
+		}
+	}
+	return limit, nil
+}
+
+// Read appends to dst whole batches starting with the one that holds
+// offset, up to o.MaxBytes (at least one whole batch), all from one
+// segment, and returns the extended slice. Reading at the end of the
+// readable range returns dst unchanged and no error; outside the range it
+// returns ErrOffsetOutOfRange. The first batch may start before offset
+// (offsets are per batch). Each batch's CRC is verified unless
+// Options.SkipReadCRC is set. Read never blocks appends.
+func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
+	end, err := l.readBounds(offset, o)
+	if err != nil || offset == end {
+		return dst, err
+	}
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	s, pos, hdr, ok, err := l.locate(offset, end)
+	if err != nil || !ok {
+		return dst, err
+	}
+	limit, err := l.regionEnd(s, end)
+	if err != nil {
+		return dst, err
+	}
+	n := int64(max(readMax(o), hdr.Size()))
+	n = min(n, limit-pos)
+	start := len(dst)
+	dst = growLen(dst, int(n))
+	m, err := s.readAt(dst[start:], pos)
+	if err != nil {
+		return dst[:start], err
+	}
+	keep, err := l.wholeBatches(dst[start:start+m], pos, s)
+	return dst[:start+keep], err
+}
+
+func readMax(o ReadOptions) int {
+	if o.MaxBytes <= 0 {
+		return DefaultReadMaxBytes
+	}
+	return o.MaxBytes
+}
+
+// growLen extends b by n bytes, reallocating only when capacity is short.
+func growLen(b []byte, n int) []byte {
+	if cap(b)-len(b) < n {
+		nb := make([]byte, len(b), len(b)+n)
+		copy(nb, b)
+		b = nb
+	}
+	return b[:len(b)+n]
+}
+
+// wholeBatches returns how many leading bytes of buf are whole batches,
+// verifying each one's CRC unless disabled.
+func (l *Log) wholeBatches(buf []byte, pos int64, s *segment) (int, error) {
+	keep := 0
+	for rest := buf; len(rest) > 0; {
+		b, r, err := SplitBatch(rest)
+		if err != nil {
+			if keep == 0 {
+				return 0, fmt.Errorf("segment %s position %d: %w", s.path(logSuffix), pos, err)
+			}
+			break
+		}
+		if !l.opts.SkipReadCRC {
+			if err := b.ValidateHeader(); err != nil {
+				if keep == 0 {
+					return 0, fmt.Errorf("segment %s position %d: %w", s.path(logSuffix), pos+int64(keep), err)
+				}
+				break // return the good batches; the next read reports it
+			}
+		}
+		keep += len(b)
+		rest = r
+	}
+	return keep, nil
+}
+
+// ReadRegion is Read without copying: it returns the file region of the
+// same batches, for package send to write with sendfile. A zero Length
+// means there is nothing to read at offset yet. The bytes are not
+// verified.
+func (l *Log) ReadRegion(offset int64, o ReadOptions) (Region, error) {
+	end, err := l.readBounds(offset, o)
+	if err != nil || offset == end {
+		return Region{FirstOffset: offset, NextOffset: offset}, err
+	}
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	s, pos, hdr, ok, err := l.locate(offset, end)
+	if err != nil || !ok {
+		return Region{FirstOffset: offset, NextOffset: offset}, err
+	}
+	limit, err := l.regionEnd(s, end)
+	if err != nil {
+		return Region{}, err
+	}
+	stop, next, err := l.cutRegion(s, pos, hdr, limit, int64(readMax(o)))
+	if err != nil {
+		return Region{}, err
+	}
+	return Region{File: s.file, Position: pos, Length: stop - pos, FirstOffset: hdr.BaseOffset(), NextOffset: next}, nil
+}
+
+// cutRegion returns the end position of the longest run of whole batches
+// from pos that fits in maxBytes (at least the first batch) and stays
+// below limit, and the offset where a following read continues.
+func (l *Log) cutRegion(s *segment, pos int64, first Batch, limit, maxBytes int64) (int64, int64, error) {
+	stop, next := pos+int64(first.Size()), first.NextOffset()
+	want := min(pos+maxBytes, limit)
+	var hdr [BatchHeaderSize]byte
+	// Every batch before an indexed boundary <= want fits: jump there,
+	// then step header by header.
+	if p := s.offIdx.floorPosition(want); p > stop && p < limit {
+		b, err := s.batchHeaderAt(p, &hdr)
+		if err != nil {
+			return 0, 0, err
+		}
+		stop, next = p, b.BaseOffset()
+	}
+	for stop < want {
+		b, err := s.batchHeaderAt(stop, &hdr)
+		if err != nil {
+			return 0, 0, err
+		}
+		if stop+int64(b.Size()) > want {
+			break
+		}
+		stop += int64(b.Size())
+		next = b.NextOffset()
+	}
+	return stop, next, nil
+}

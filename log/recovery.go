@@ -1,0 +1,254 @@
+package log
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// highWatermarkFile keeps the high watermark across clean restarts.
+const highWatermarkFile = "high-watermark"
+
+// load opens the segments in l.dir, recovering them if the last shutdown
+// was not clean, and sets the offsets. It runs before the flusher starts.
+func (l *Log) load() error {
+	fs := l.opts.FS
+	bases, err := l.cleanDirectory()
+	if err != nil {
+		return err
+	}
+	marker, clean, err := readCleanShutdown(fs, l.path(cleanShutdownFile))
+	if err != nil {
+		l.opts.Logger.Warn("replog/log: unreadable clean-shutdown marker; recovering", "dir", l.dir, "err", err)
+	}
+	rp, ok, err := readOffsetCheckpoint(fs, l.path(recoveryPointFile))
+	if err != nil || !ok {
+		rp, clean = 0, false // no trustworthy recovery point: scan everything
+	}
+	logStart, _, err := readOffsetCheckpoint(fs, l.path(logStartOffsetFile))
+	if err != nil {
+		return err
+	}
+	segs := make([]*segment, 0, len(bases))
+	l.setSegments(segs)
+	for _, base := range bases {
+		s, err := openSegment(l.seg, base)
+		if err != nil {
+			return err
+		}
+		segs = append(segs, s)
+		l.setSegments(segs)
+	}
+	if len(segs) == 0 {
+		s, err := createSegment(l.seg, max(logStart, 0), l.now())
+		if err != nil {
+			return err
+		}
+		segs = append(segs, s)
+		l.setSegments(segs)
+		l.dirDirty.Store(true)
+	}
+	for i, s := range segs[:len(segs)-1] {
+		s.next.Store(segs[i+1].base)
+	}
+	if clean {
+		err = l.loadClean(marker)
+	} else {
+		err = l.recover(rp)
+	}
+	if err != nil {
+		return err
+	}
+	segs = l.segments()
+	act := segs[len(segs)-1]
+	act.rollBase = l.now()
+	l.setJitter(act)
+	leo := act.next.Load()
+	l.leo.Store(leo)
+	l.logStart.Store(min(max(logStart, segs[0].base), leo))
+	hw, _, _ := readOffsetCheckpoint(fs, l.path(highWatermarkFile))
+	l.hw.Store(min(max(hw, l.logStart.Load()), leo))
+	if clean {
+		l.recoveryPt.Store(leo)
+		l.sync.durable = leo
+	}
+	if err := fs.Remove(l.path(cleanShutdownFile)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return fs.SyncDir(l.dir)
+}
+
+// cleanDirectory removes temporary and deleted files and index files
+// without a segment, and returns the segments' base offsets, sorted.
+func (l *Log) cleanDirectory() ([]int64, error) {
+	fs := l.opts.FS
+	names, err := fs.ReadDir(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	logs := map[string]bool{}
+	var bases []int64
+	for _, n := range names {
+		if b, ok := parseSegmentName(n, logSuffix); ok {
+			logs[strings.TrimSuffix(n, logSuffix)] = true
+			bases = append(bases, b)
+		}
+	}
+	for _, n := range names {
+		stem, isIndex := strings.CutSuffix(n, indexSuffix)
+		if !isIndex {
+			stem, isIndex = strings.CutSuffix(n, timeIndexSuffix)
+		}
+		obsolete := strings.HasSuffix(n, tmpSuffix) || strings.HasSuffix(n, deletedSuffix) ||
+			strings.HasSuffix(n, ".cleaned") || strings.HasSuffix(n, ".swap") ||
+			(isIndex && !logs[stem])
+		if obsolete {
+			if err := fs.Remove(filepath.Join(l.dir, n)); err != nil && !os.IsNotExist(err) {
+				return nil, err
+			}
+		}
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	return bases, nil
+}
+
+// parseSegmentName parses "<20 digits><suffix>".
+func parseSegmentName(name, suffix string) (int64, bool) {
+	stem, ok := strings.CutSuffix(name, suffix)
+	if !ok || len(stem) != 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(stem, 10, 64)
+	return v, err == nil && v >= 0
+}
+
+// readCleanShutdown reads the clean-shutdown marker, which holds the log
+// end offset at Close.
+func readCleanShutdown(fs vfs.FS, path string) (leo int64, ok bool, err error) {
+	return readOffsetCheckpoint(fs, path)
+}
+
+// loadClean trusts the files of a cleanly closed log: it reads the active
+// segment's index files but no segment data.
+func (l *Log) loadClean(leo int64) error {
+	act := l.active()
+	if leo < act.base {
+		return fmt.Errorf("%w: clean-shutdown marker offset %d below active segment %d", ErrCorrupt, leo, act.base)
+	}
+	act.next.Store(leo)
+	if err := act.loadIndexes(l.opts.MaxBatchBytes); err != nil {
+		return err
+	}
+	l.loadSegmentMeta(act)
+	return nil
+}
+
+// loadSegmentMeta sets a segment's max timestamp from its time index.
+func (l *Log) loadSegmentMeta(s *segment) {
+	if ts, rel, ok := s.timeIdx.last(); ok {
+		s.maxTS.Store(ts)
+		s.relOfMaxTS = rel
+	}
+}
+
+// recover scans every segment from the one holding the recovery point on,
+// rebuilding indexes, truncating at the first invalid batch and deleting
+// the segments after it. Segments before stay as they are: their data was
+// fsynced and checkpointed (bit flips there surface as ErrCorrupt on read).
+func (l *Log) recover(rp int64) error {
+	segs := l.segments()
+	first := sort.Search(len(segs), func(i int) bool { return segs[i].base > rp }) - 1
+	first = max(first, 0)
+	for i := first; i < len(segs); i++ {
+		s := segs[i]
+		l.stats.recoveredSegments++
+		if i > first && s.base < segs[i-1].next.Load() {
+			return l.truncateRecovered(segs, first, i-1, segs[i-1].size.Load(),
+				fmt.Errorf("%w: segment %d overlaps the previous one", ErrCorrupt, s.base))
+		}
+		res := s.rebuild(l.opts.MaxBatchBytes)
+		if res.invalid != nil {
+			if res.validAfter {
+				l.opts.Logger.Warn("replog/log: corrupt batch followed by valid data", "dir", l.dir, "err", res.invalid)
+			}
+			return l.truncateRecovered(segs, first, i, res.validEnd, res.invalid)
+		}
+	}
+	return l.syncRecovered(segs[first:])
+}
+
+// truncateRecovered cuts segment i at pos and deletes every later segment;
+// segments from first on were scanned and are synced afterwards.
+func (l *Log) truncateRecovered(segs []*segment, first, i int, pos int64, cause error) error {
+	s := segs[i]
+	dropped := s.size.Load() - pos
+	if err := s.file.Truncate(pos); err != nil {
+		return err
+	}
+	s.size.Store(pos)
+	for _, later := range segs[i+1:] {
+		dropped += later.size.Load()
+		if err := later.close(); err != nil {
+			return err
+		}
+		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+			if err := l.opts.FS.Remove(later.path(suffix)); err != nil && !os.IsNotExist(err) {
+				return err
+			}
+		}
+	}
+	l.stats.truncatedBytes += dropped
+	l.opts.Logger.Warn("replog/log: recovery truncated the log", "dir", l.dir,
+		"segment", segmentName(s.base), "position", pos, "droppedBytes", dropped, "cause", cause)
+	kept := segs[:i+1]
+	l.setSegments(kept)
+	if s.size.Load() == 0 && i > 0 && s.base != segs[i-1].next.Load() {
+		// Keep the base offset: an empty segment still marks where the log
+		// continues.
+		s.next.Store(s.base)
+	}
+	return l.syncRecovered(kept[min(first, i):])
+}
+
+// syncRecovered makes the recovered state durable (the data may still be
+// only in the page cache if just the process died) and moves the recovery
+// point to the active segment.
+func (l *Log) syncRecovered(segs []*segment) error {
+	for _, s := range segs {
+		if err := vfs.Datasync(s.file); err != nil {
+			return err
+		}
+		s.durable.Store(s.size.Load())
+		if err := s.flushIndexes(true); err != nil {
+			return err
+		}
+	}
+	if err := l.opts.FS.SyncDir(l.dir); err != nil {
+		return err
+	}
+	act := l.active()
+	leo := act.next.Load()
+	if err := writeOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile), act.base); err != nil {
+		return err
+	}
+	l.recoveryPt.Store(act.base)
+	l.sync.durable = leo
+	return nil
+}
+
+// segmentAfter returns the base offset of the segment after s, or s's next
+// offset if s is the last or no longer listed.
+func (l *Log) segmentAfter(s *segment) int64 {
+	segs := l.segments()
+	for i, x := range segs {
+		if x == s && i+1 < len(segs) {
+			return segs[i+1].base
+		}
+	}
+	return s.next.Load()
+}

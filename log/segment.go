@@ -1,0 +1,213 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// File name suffixes, as Kafka names them.
+const (
+	logSuffix       = ".log"
+	indexSuffix     = ".index"
+	timeIndexSuffix = ".timeindex"
+	deletedSuffix   = ".deleted"
+	tmpSuffix       = ".tmp"
+)
+
+// segConfig is what every segment of a log shares.
+type segConfig struct {
+	fs       vfs.FS
+	dir      string
+	interval int // index interval bytes
+}
+
+// segmentName is the 20-digit, zero-padded base offset Kafka uses.
+func segmentName(base int64) string { return fmt.Sprintf("%020d", base) }
+
+// segment is one .log file with its .index and .timeindex. Only the Log's
+// appender (holding Log.mu) changes it; readers use the atomic fields and
+// the indexes, which are safe for concurrent use.
+type segment struct {
+	base     int64
+	interval int // index interval bytes
+	fs       vfs.FS
+	dir     string
+	file    vfs.File
+	size    atomic.Int64 // bytes readers may read: whole, written batches
+	next    atomic.Int64 // offset after the last batch
+	maxTS   atomic.Int64 // largest batch max timestamp, or NoTimestamp
+	durable atomic.Int64 // bytes known to be fsynced
+	offIdx  offsetIndex
+	timeIdx timeIndex
+
+	// appender-only state
+	sinceIndex int       // bytes appended since the last index entry
+	relOfMaxTS int32     // relative offset of the batch holding maxTS
+	rollBase   time.Time     // when the segment was created (or reopened)
+	jitter     time.Duration // subtracted from the roll age
+}
+
+func (s *segment) path(suffix string) string {
+	return filepath.Join(s.dir, segmentName(s.base)+suffix)
+}
+
+func newSegmentValue(c segConfig, base int64, f vfs.File, indexesLoaded bool) *segment {
+	s := &segment{base: base, interval: c.interval, fs: c.fs, dir: c.dir, file: f}
+	s.offIdx = offsetIndex{newIndex(s.path(indexSuffix), offsetEntrySize, indexesLoaded)}
+	s.timeIdx = timeIndex{newIndex(s.path(timeIndexSuffix), timeEntrySize, indexesLoaded)}
+	s.next.Store(base)
+	s.maxTS.Store(NoTimestamp)
+	return s
+}
+
+// createSegment creates an empty segment whose first offset is base.
+// Stale files of the same name (from a truncation) are replaced.
+func createSegment(c segConfig, base int64, now time.Time) (*segment, error) {
+	name := filepath.Join(c.dir, segmentName(base)+logSuffix)
+	f, err := c.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	s := newSegmentValue(c, base, f, true)
+	for _, suffix := range []string{indexSuffix, timeIndexSuffix} {
+		if err := c.fs.Remove(s.path(suffix)); err != nil && !os.IsNotExist(err) {
+			f.Close()
+			return nil, err
+		}
+	}
+	s.rollBase = now
+	return s, nil
+}
+
+// openSegment opens an existing segment file; its indexes load lazily.
+func openSegment(c segConfig, base int64) (*segment, error) {
+	f, err := c.fs.OpenFile(filepath.Join(c.dir, segmentName(base)+logSuffix), os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	s := newSegmentValue(c, base, f, false)
+	s.size.Store(st.Size())
+	s.durable.Store(st.Size())
+	return s, nil
+}
+
+// indexBatch records index entries for a batch written at pos.
+func (s *segment) indexBatch(b Batch, pos int64) {
+	if s.sinceIndex >= s.interval {
+		rel := int32(b.LastOffset() - s.base)
+		s.offIdx.append(rel, int32(pos))
+		s.timeIdx.maybeAppend(s.maxTS.Load(), s.relOfMaxTS)
+		s.sinceIndex = 0
+	}
+	s.sinceIndex += len(b)
+}
+
+// loadIndexes makes sure the segment's index entries are in memory,
+// rebuilding them from the log file when the index files are missing or
+// invalid.
+func (s *segment) loadIndexes(maxBatch int) error {
+	size := s.size.Load()
+	errO := s.offIdx.ensureLoaded(s.fs, func(d []byte) error { return validateOffsetEntries(d, size) })
+	errT := s.timeIdx.ensureLoaded(s.fs, validateTimeEntries)
+	if errO == nil && errT == nil {
+		return nil
+	}
+	if !errors.Is(errO, ErrCorrupt) && errO != nil {
+		return errO
+	}
+	if !errors.Is(errT, ErrCorrupt) && errT != nil {
+		return errT
+	}
+	s.rebuild(maxBatch)
+	return nil
+}
+
+// readAt reads committed bytes at pos into p, stopping at the committed
+// size. It returns the number of bytes read.
+func (s *segment) readAt(p []byte, pos int64) (int, error) {
+	size := s.size.Load()
+	if pos >= size {
+		return 0, nil
+	}
+	if int64(len(p)) > size-pos {
+		p = p[:size-pos]
+	}
+	n, err := s.file.ReadAt(p, pos)
+	if err == io.EOF && n == len(p) {
+		err = nil
+	}
+	if err == io.EOF {
+		err = fmt.Errorf("%w: segment %s ends at %d, before its size %d", ErrCorrupt, s.path(logSuffix), pos+int64(n), size)
+	}
+	return n, err
+}
+
+// batchHeaderAt reads the header of the batch at pos and checks the fields
+// needed to step over it.
+func (s *segment) batchHeaderAt(pos int64, hdr *[BatchHeaderSize]byte) (Batch, error) {
+	n, err := s.readAt(hdr[:], pos)
+	if err != nil {
+		return nil, err
+	}
+	if n < BatchHeaderSize {
+		return nil, fmt.Errorf("%w: partial batch header at position %d of %s", ErrCorrupt, pos, s.path(logSuffix))
+	}
+	b := Batch(hdr[:])
+	if b.Magic() != MagicV2 || b.Length() < BatchHeaderSize-LogOverhead || pos+int64(b.Size()) > s.size.Load() {
+		return nil, fmt.Errorf("%w: bad batch header at position %d of %s", ErrCorrupt, pos, s.path(logSuffix))
+	}
+	return b, nil
+}
+
+// find returns the position and header of the first batch whose last
+// offset is >= offset, or ok=false when there is none in this segment.
+func (s *segment) find(offset int64, maxBatch int) (pos int64, hdr Batch, ok bool, err error) {
+	if err := s.loadIndexes(maxBatch); err != nil {
+		return 0, nil, false, err
+	}
+	rel := offset - s.base
+	if rel > math.MaxInt32 {
+		rel = math.MaxInt32
+	}
+	if rel < 0 {
+		rel = 0
+	}
+	pos = s.offIdx.lookup(int32(rel))
+	var buf [BatchHeaderSize]byte
+	size := s.size.Load()
+	for pos < size {
+		b, err := s.batchHeaderAt(pos, &buf)
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if b.LastOffset() >= offset {
+			return pos, append(Batch(nil), b...), true, nil
+		}
+		pos += int64(b.Size())
+	}
+	return 0, nil, false, nil
+}
+
+// close closes the segment's file.
+func (s *segment) close() error { return s.file.Close() }
+
+// flushIndexes writes the index files and optionally fsyncs them.
+func (s *segment) flushIndexes(sync bool) error {
+	if err := s.offIdx.flush(s.fs, sync); err != nil {
+		return err
+	}
+	return s.timeIdx.flush(s.fs, sync)
+}

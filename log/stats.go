@@ -1,0 +1,80 @@
+package log
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a snapshot of a Log's counters and sizes.
+type Stats struct {
+	Segments       int
+	Bytes          int64 // sum of segment sizes
+	LogStartOffset int64
+	LogEndOffset   int64
+	HighWatermark  int64
+	RecoveryPoint  int64
+	DurableOffset  int64
+
+	Appends       int64
+	AppendedBytes int64
+	Records       int64
+	Rolls         int64
+	Syncs         int64 // Sync calls that ran fsyncs
+	Fsyncs        int64 // fsync calls of any kind
+	// BackgroundFlushes counts roll flushes done by the background flusher,
+	// and BackgroundFlushTime the time they took.
+	BackgroundFlushes   int64
+	BackgroundFlushTime time.Duration
+	// RecoveredSegments and TruncatedBytes describe the last Open.
+	RecoveredSegments int
+	TruncatedBytes    int64
+	DeletedSegments   int64
+	// Failed is true after a failed fsync (see ErrSyncFailed).
+	Failed bool
+}
+
+type statCounters struct {
+	appends, appendedBytes, records atomic.Int64
+	rolls, syncs, fsyncs            atomic.Int64
+	bgFlushes, bgFlushNanos         atomic.Int64
+	deleted                         atomic.Int64
+	recoveredSegments               int
+	truncatedBytes                  int64
+}
+
+func (c *statCounters) appended(info AppendInfo, _ time.Duration) {
+	c.appends.Add(1)
+	c.appendedBytes.Add(int64(info.Bytes))
+	c.records.Add(int64(info.Records))
+}
+
+// Stats returns a snapshot of the log's counters. Safe for concurrent use.
+func (l *Log) Stats() Stats {
+	segs := l.segments()
+	var bytes int64
+	for _, s := range segs {
+		bytes += s.size.Load()
+	}
+	c := &l.stats
+	return Stats{
+		Segments:            len(segs),
+		Bytes:               bytes,
+		LogStartOffset:      l.LogStartOffset(),
+		LogEndOffset:        l.LogEndOffset(),
+		HighWatermark:       l.HighWatermark(),
+		RecoveryPoint:       l.RecoveryPoint(),
+		DurableOffset:       l.DurableOffset(),
+		Appends:             c.appends.Load(),
+		AppendedBytes:       c.appendedBytes.Load(),
+		Records:             c.records.Load(),
+		Rolls:               c.rolls.Load(),
+		Syncs:               c.syncs.Load(),
+		Fsyncs:              c.fsyncs.Load(),
+		BackgroundFlushes:   c.bgFlushes.Load(),
+		BackgroundFlushTime: time.Duration(c.bgFlushNanos.Load()),
+		RecoveredSegments:   c.recoveredSegments,
+		TruncatedBytes:      c.truncatedBytes,
+		DeletedSegments:     c.deleted.Load(),
+		Failed:              l.failed.Load() != nil,
+	}
+}

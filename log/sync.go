@@ -1,0 +1,125 @@
+package log
+
+import (
+	"sync"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// syncState implements group commit: one caller at a time runs the
+// fsyncs, covering everything appended before it started; callers that
+// arrive meanwhile wait for it and are done if it covered them, else the
+// next of them syncs for all.
+type syncState struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	running bool
+	durable int64 // every offset below it is fsynced
+	closed  bool
+}
+
+func (s *syncState) init() { s.cond = sync.NewCond(&s.mu) }
+
+func (s *syncState) closeWaiters() {
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// DurableOffset is the offset below which every record is known to be
+// fsynced by Sync, a roll flush or an earlier Close.
+func (l *Log) DurableOffset() int64 {
+	l.sync.mu.Lock()
+	defer l.sync.mu.Unlock()
+	return l.sync.durable
+}
+
+// Sync returns once every record appended before the call is durable: the
+// segment files holding it are fsynced and so are the directory entries
+// of segments created since the last sync. Concurrent callers share
+// fsyncs (group commit). A failed fsync is sticky: this and every later
+// Sync and Append return an error wrapping ErrSyncFailed until the Log is
+// reopened.
+func (l *Log) Sync() error {
+	if err := l.failure(); err != nil {
+		return err
+	}
+	target := l.leo.Load()
+	s := &l.sync
+	s.mu.Lock()
+	for {
+		if err := l.failure(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if s.durable >= target {
+			s.mu.Unlock()
+			return nil
+		}
+		if !s.running {
+			break
+		}
+		s.cond.Wait()
+	}
+	s.running = true
+	s.mu.Unlock()
+
+	end := l.leo.Load()
+	err := l.syncData()
+	if err != nil {
+		err = l.fail(err)
+	}
+
+	s.mu.Lock()
+	s.running = false
+	if err == nil && end > s.durable {
+		s.durable = end
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	l.stats.syncs.Add(1)
+	return err
+}
+
+// syncData fsyncs every segment holding bytes not yet known durable, and
+// the directory if segments were created or deleted since its last fsync.
+func (l *Log) syncData() error {
+	for _, seg := range l.segments() {
+		size := seg.size.Load()
+		if seg.durable.Load() >= size {
+			continue
+		}
+		if err := vfs.Datasync(seg.file); err != nil {
+			return err
+		}
+		l.stats.fsyncs.Add(1)
+		if size > seg.durable.Load() {
+			seg.durable.Store(size)
+		}
+	}
+	return l.syncDirIfDirty()
+}
+
+// syncDirIfDirty fsyncs the log directory if an entry changed.
+func (l *Log) syncDirIfDirty() error {
+	if !l.dirDirty.Swap(false) {
+		return nil
+	}
+	if err := l.opts.FS.SyncDir(l.dir); err != nil {
+		l.dirDirty.Store(true)
+		return err
+	}
+	l.stats.fsyncs.Add(1)
+	return nil
+}
+
+// markDurable records that everything below off is durable (after a roll
+// flush or recovery).
+func (l *Log) markDurable(off int64) {
+	l.sync.mu.Lock()
+	if off > l.sync.durable {
+		l.sync.durable = off
+	}
+	l.sync.mu.Unlock()
+}

@@ -1,0 +1,175 @@
+package log
+
+import (
+	"fmt"
+	"sort"
+)
+
+// TruncateTo removes every batch whose last offset is >= offset, so the
+// log end offset becomes the base offset of the first batch removed
+// (offset itself when offset is a batch boundary, as leader-epoch end
+// offsets are). Later segments are deleted. The truncation is fsynced
+// before TruncateTo returns, so truncated data never reappears after a
+// crash. Truncating at or past the log end offset does nothing; below the
+// log start offset it returns ErrOffsetOutOfRange.
+func (l *Log) TruncateTo(offset int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.failure(); err != nil {
+		return err
+	}
+	if offset >= l.leo.Load() {
+		return nil
+	}
+	if offset < l.logStart.Load() {
+		return fmt.Errorf("%w: truncate to %d below log start %d", ErrOffsetOutOfRange, offset, l.logStart.Load())
+	}
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	segs := l.segments()
+	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
+	s := segs[i]
+	pos, hdr, ok, err := s.find(offset, l.opts.MaxBatchBytes)
+	if err != nil {
+		return err
+	}
+	newLEO := s.next.Load()
+	if ok {
+		newLEO = hdr.BaseOffset()
+	} else {
+		pos = s.size.Load()
+	}
+	for _, later := range segs[i+1:] {
+		if err := l.bg.deleteLater(later); err != nil {
+			return err
+		}
+	}
+	l.setSegments(segs[: i+1 : i+1])
+	l.bg.flushMu.Lock()
+	l.bg.forget(s) // s is the active segment again
+	l.bg.flushMu.Unlock()
+	if err := l.truncateSegment(s, pos, newLEO); err != nil {
+		return l.fail(err)
+	}
+	if err := l.syncDirIfDirty(); err != nil {
+		return l.fail(err)
+	}
+	l.afterTruncation(newLEO)
+	return nil
+}
+
+// truncateSegment cuts s at pos (a batch boundary), fixes its indexes and
+// metadata, and fsyncs it.
+func (l *Log) truncateSegment(s *segment, pos, newNext int64) error {
+	if err := s.file.Truncate(pos); err != nil {
+		return err
+	}
+	if err := s.file.Sync(); err != nil {
+		return err
+	}
+	s.size.Store(pos)
+	s.durable.Store(pos)
+	if err := s.loadIndexes(l.opts.MaxBatchBytes); err != nil {
+		return err
+	}
+	rel := newNext - s.base
+	s.offIdx.truncateEntries(rel, offsetKey)
+	s.timeIdx.truncateEntries(rel, timeRelOffset)
+	s.next.Store(newNext)
+	return l.recomputeTail(s)
+}
+
+// recomputeTail sets the appender state of s (max timestamp, bytes since
+// the last index entry) by stepping over the batch headers after its last
+// index entries.
+func (l *Log) recomputeTail(s *segment) error {
+	s.maxTS.Store(NoTimestamp)
+	s.relOfMaxTS = 0
+	from := int64(0)
+	if ts, rel, ok := s.timeIdx.last(); ok {
+		s.maxTS.Store(ts)
+		s.relOfMaxTS = rel
+		from = s.offIdx.lookup(rel)
+	}
+	lastIndexed := s.offIdx.floorPosition(s.size.Load())
+	from = min(from, lastIndexed)
+	var hdr [BatchHeaderSize]byte
+	size := s.size.Load()
+	for p := from; p < size; {
+		b, err := s.batchHeaderAt(p, &hdr)
+		if err != nil {
+			return err
+		}
+		if ts := b.MaxTimestamp(); ts > s.maxTS.Load() {
+			s.maxTS.Store(ts)
+			s.relOfMaxTS = int32(b.LastOffset() - s.base)
+		}
+		p += int64(b.Size())
+	}
+	s.sinceIndex = int(size - lastIndexed)
+	return nil
+}
+
+// afterTruncation lowers the offsets that may now point past the end.
+func (l *Log) afterTruncation(newLEO int64) {
+	l.leo.Store(newLEO)
+	if l.hw.Load() > newLEO {
+		l.hw.Store(newLEO)
+	}
+	l.sync.mu.Lock()
+	l.sync.durable = min(l.sync.durable, newLEO)
+	l.sync.mu.Unlock()
+	if rp := l.recoveryPt.Load(); rp > newLEO {
+		base := l.active().base
+		if err := l.writeRecoveryPoint(base); err == nil {
+			l.recoveryPt.Store(base)
+		}
+	}
+	l.waiters.wake()
+}
+
+// TruncateFullyAndStartAt deletes every segment and restarts the log
+// empty at offset, as a follower does when its leader's log starts after
+// its own end.
+func (l *Log) TruncateFullyAndStartAt(offset int64) error {
+	if offset < 0 {
+		return fmt.Errorf("%w: negative offset %d", ErrOffsetOutOfRange, offset)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.failure(); err != nil {
+		return err
+	}
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	segs := l.segments()
+	for _, s := range segs {
+		if err := l.bg.deleteLater(s); err != nil {
+			return err
+		}
+	}
+	s, err := createSegment(l.seg, offset, l.now())
+	if err != nil {
+		return err
+	}
+	l.setJitter(s)
+	l.setSegments([]*segment{s})
+	l.dirDirty.Store(true)
+	if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), offset); err != nil {
+		return l.fail(err)
+	}
+	if err := l.syncDirIfDirty(); err != nil {
+		return l.fail(err)
+	}
+	l.logStart.Store(offset)
+	l.leo.Store(offset)
+	l.hw.Store(offset)
+	l.sync.mu.Lock()
+	l.sync.durable = offset
+	l.sync.mu.Unlock()
+	if err := l.writeRecoveryPoint(offset); err != nil {
+		return err
+	}
+	l.waiters.wake()
+	return nil
+}

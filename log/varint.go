@@ -1,0 +1,49 @@
+package log
+
+import "fmt"
+
+// Kafka encodes record fields as zigzag varints: at most 5 bytes for a
+// varint (int32) and 10 for a varlong (int64). Longer encodings, and
+// truncated ones, are corrupt.
+
+// appendVarint appends v as a zigzag varint.
+func appendVarint(b []byte, v int64) []byte {
+	u := uint64(v<<1) ^ uint64(v>>63)
+	for u >= 0x80 {
+		b = append(b, byte(u)|0x80)
+		u >>= 7
+	}
+	return append(b, byte(u))
+}
+
+// varintLen returns the encoded length of v as a zigzag varint.
+func varintLen(v int64) int {
+	u := uint64(v<<1) ^ uint64(v>>63)
+	n := 1
+	for u >= 0x80 {
+		u >>= 7
+		n++
+	}
+	return n
+}
+
+// readVarint decodes a zigzag varint of at most maxLen bytes from b,
+// returning the value and the number of bytes read.
+func readVarint(b []byte, maxLen int) (int64, int, error) {
+	var u uint64
+	for i := 0; i < len(b); i++ {
+		if i >= maxLen {
+			return 0, 0, fmt.Errorf("%w: varint longer than %d bytes", ErrCorrupt, maxLen)
+		}
+		c := b[i]
+		u |= uint64(c&0x7f) << (7 * uint(i))
+		if c < 0x80 {
+			v := int64(u>>1) ^ -int64(u&1)
+			if maxLen == 5 && (v > 1<<31-1 || v < -1<<31) {
+				return 0, 0, fmt.Errorf("%w: varint overflows int32", ErrCorrupt)
+			}
+			return v, i + 1, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: truncated varint", ErrCorrupt)
+}
