@@ -136,7 +136,7 @@ func (b Batch) ComputeCRC() uint32 { return crc32.Checksum(b[offAttributes:], ca
 
 // setBaseOffset and setLeaderEpoch rewrite fields outside the CRC's
 // coverage, as a leader does when it assigns offsets.
-func (b Batch) setBaseOffset(o int64)   { binary.BigEndian.PutUint64(b[offBaseOffset:], uint64(o)) }
+func (b Batch) setBaseOffset(o int64)  { binary.BigEndian.PutUint64(b[offBaseOffset:], uint64(o)) }
 func (b Batch) setLeaderEpoch(e int32) { binary.BigEndian.PutUint32(b[offLeaderEpoch:], uint32(e)) }
 
 // SplitBatch returns the first batch in buf and the bytes after it. It

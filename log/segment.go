@@ -39,18 +39,18 @@ type segment struct {
 	base     int64
 	interval int // index interval bytes
 	fs       vfs.FS
-	dir     string
-	file    vfs.File
-	size    atomic.Int64 // bytes readers may read: whole, written batches
-	next    atomic.Int64 // offset after the last batch
-	maxTS   atomic.Int64 // largest batch max timestamp, or NoTimestamp
-	durable atomic.Int64 // bytes known to be fsynced
-	offIdx  offsetIndex
-	timeIdx timeIndex
+	dir      string
+	file     vfs.File
+	size     atomic.Int64 // bytes readers may read: whole, written batches
+	next     atomic.Int64 // offset after the last batch
+	maxTS    atomic.Int64 // largest batch max timestamp, or NoTimestamp
+	durable  atomic.Int64 // bytes known to be fsynced
+	offIdx   offsetIndex
+	timeIdx  timeIndex
 
 	// appender-only state
-	sinceIndex int       // bytes appended since the last index entry
-	relOfMaxTS int32     // relative offset of the batch holding maxTS
+	sinceIndex int           // bytes appended since the last index entry
+	relOfMaxTS int32         // relative offset of the batch holding maxTS
 	rollBase   time.Time     // when the segment was created (or reopened)
 	jitter     time.Duration // subtracted from the roll age
 }
