@@ -8,6 +8,18 @@
 //   - A created, renamed or removed directory entry is durable only after
 //     SyncDir on its directory returned nil.
 //   - Rename replaces the target atomically.
+//
+// Test filesystems: NewMem returns a MemFS, an in-memory FS that enforces
+// exactly this contract. It remembers, for every file, its data as of the
+// last Sync and, for every directory, its entries as of the last SyncDir;
+// MemFS.CrashClone returns a new MemFS holding only that durable state, as
+// after a power loss, optionally keeping a seeded random part of what was not
+// synced (CrashOptions). NewErrorFS wraps any FS, numbers every FS and File
+// operation from 0 and asks an Injector before each whether it fails: FailAt
+// fails the n-th operation (once or from then on, for all kinds or some, with
+// short writes), Crash takes a CrashClone at the n-th operation and fails
+// everything after it. Injected errors wrap ErrInjected and their cause
+// (syscall.EIO, syscall.ENOSPC, ErrCrashed), so errors.Is matches both.
 package vfs
 
 import (
