@@ -1,0 +1,121 @@
+// Package log is a segmented, append-only log of Kafka v2 record batches:
+// the storage layer of replog.
+//
+// A Log lives in one directory. Its records are grouped in batches, stored
+// byte for byte in Kafka's record batch v2 format, in segment files named
+// by their first offset, with sparse offset and time indexes, exactly as a
+// Kafka partition directory:
+//
+//	00000000000000000000.log        batches, back to back
+//	00000000000000000000.index      offset index (8-byte entries)
+//	00000000000000000000.timeindex  time index (12-byte entries)
+//	00000000000000524288.log        next segment, first offset 524288
+//	recovery-point                  checkpoint: offsets below are fsynced
+//	log-start-offset                checkpoint: first readable offset
+//	high-watermark                  checkpoint: high watermark at Close
+//	clean-shutdown                  marker written by Close, removed by Open
+//
+// # Using a Log
+//
+//	l, err := log.Open(dir, log.Options{})
+//	b := log.NewBatchBuilder()
+//	b.Add(time.Now().UnixMilli(), []byte("key"), []byte("value"))
+//	batch, _ := b.Build(nil)
+//	info, err := l.Append(batch) // info.FirstOffset is the record's offset
+//	err = l.Sync()               // durable from here on
+//	buf, err := l.Read(nil, info.FirstOffset, log.ReadOptions{})
+//	err = l.Close()
+//
+// A Log is safe for concurrent use. Appends serialize on one lock; reads,
+// syncs and waits run concurrently with them and never block an append
+// for longer than a pointer swap.
+//
+// # Durability contract
+//
+//   - Append returns once the batches are written to the active segment
+//     file (the page cache) and indexed: their offsets are final and
+//     readers see them. It does not fsync.
+//   - Sync returns once every batch appended before it is fsynced, with the
+//     directory entries of new segments. Concurrent callers share one
+//     fsync (group commit). Options.SyncEveryAppend, SyncEveryMessages and
+//     SyncInterval fsync automatically.
+//   - Rolling a segment never fsyncs on the append path: the old segment,
+//     its index files and the directory are fsynced by the Log's background
+//     flusher, which then advances the recovery point (written atomically:
+//     temporary file, fsync, rename, fsync of the directory). This is the
+//     fix of KAFKA-9693/KAFKA-15046.
+//   - A failed fsync is sticky: the Log refuses appends and syncs with an
+//     error wrapping ErrSyncFailed until it is reopened, and nothing after
+//     the last successful Sync is reported durable.
+//   - Open after a clean Close reads no segment data. After a crash it
+//     scans the segments from the recovery point on, validating each batch
+//     (framing, magic, CRC, offsets), truncates the log at the first invalid
+//     batch (a torn tail), deletes later segments and rebuilds the indexes.
+//     Missing or invalid index files of other segments are rebuilt when
+//     first used. What a reader sees after recovery is a prefix of what was
+//     appended and contains everything that was synced.
+//   - Reads verify each batch's CRC (unless Options.SkipReadCRC): a bit
+//     flip on disk is reported as ErrCorrupt, never returned as data.
+//
+// # Record batch v2
+//
+// All integers big-endian; the CRC-32C (Castagnoli) covers bytes 21 to the
+// end, so a leader rewrites baseOffset and partitionLeaderEpoch without
+// recomputing it.
+//
+//	offset  size  field
+//	     0     8  baseOffset
+//	     8     4  length                 (batch size - 12)
+//	    12     4  partitionLeaderEpoch
+//	    16     1  magic                  (2)
+//	    17     4  crc                    (CRC-32C of bytes [21, end))
+//	    21     2  attributes             (bits 0-2 codec, 3 LogAppendTime,
+//	                                      4 transactional, 5 control)
+//	    23     4  lastOffsetDelta
+//	    27     8  baseTimestamp
+//	    35     8  maxTimestamp
+//	    43     8  producerId             (-1: none)
+//	    51     2  producerEpoch
+//	    53     4  baseSequence
+//	    57     4  recordsCount
+//	    61     -  records (plain, or one compressed stream)
+//
+// Each record (zigzag varints; varint at most 5 bytes, varlong 10):
+//
+//	length varint | attributes int8 | timestampDelta varlong |
+//	offsetDelta varint | keyLength varint (-1 null) | key |
+//	valueLength varint (-1 null) | value | headerCount varint |
+//	headers: (keyLength varint | key | valueLength varint | value)*
+//
+// # Index files
+//
+// The offset index gets an entry each time more than IndexIntervalBytes
+// were appended since the last one; the time index gets one at the same
+// moments when the largest timestamp grew, and a final one when the
+// segment is rolled. Lookups take the greatest entry at or below the
+// target and scan batches forward.
+//
+//	.index entry (8 bytes):      relativeOffset int32 | position int32
+//	.timeindex entry (12 bytes): timestamp int64 | relativeOffset int32
+//
+// relativeOffset is the batch's last offset minus the segment's base
+// offset; position is the batch's byte position in the .log file.
+//
+// # Checkpoint files
+//
+// Small text files, replaced atomically:
+//
+//	<version>\n        0
+//	<count>\n          number of entry lines
+//	<v1> <v2> ...\n    count lines of space-separated decimal integers
+//
+// recovery-point, log-start-offset, high-watermark and clean-shutdown each
+// hold one entry of one offset.
+//
+// # Errors
+//
+// Errors wrap the package's sentinels (ErrCorrupt, ErrInvalidRecord,
+// ErrBatchTooLarge, ErrOffsetOutOfRange, ErrClosed, ErrSyncFailed); match
+// them with errors.Is. Corrupt or hostile bytes never cause a panic, and a
+// rejected append changes nothing.
+package log
