@@ -17,6 +17,10 @@ type AppendInfo struct {
 	Batches, Records int
 	// Bytes is the number of bytes written to the log.
 	Bytes int
+	// Duplicate reports that every batch was a retry of an idempotent
+	// producer's batch already in the log: nothing was written, and the
+	// offsets are those of the original batches.
+	Duplicate bool
 }
 
 // Append appends one or more record batches (concatenated v2 batches, as a
@@ -42,7 +46,7 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, err
 	if err != nil {
 		return info, err
 	}
-	return l.appendValidated(batches, info, func(first int64) error {
+	return l.appendValidated(batches, info, true, func(first int64) error {
 		next := first
 		for rest := batches; len(rest) > 0; {
 			b, r, _ := SplitBatch(rest)
@@ -65,7 +69,7 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	return l.appendValidated(batches, info, func(first int64) error {
+	return l.appendValidated(batches, info, false, func(first int64) error {
 		next := first
 		for rest := batches; len(rest) > 0; {
 			b, r, _ := SplitBatch(rest)
@@ -110,10 +114,11 @@ func (l *Log) validateBatches(batches []byte) (AppendInfo, error) {
 	return info, nil
 }
 
-// appendValidated assigns or checks offsets (stamp), rolls if needed and
-// writes. stamp gets the log end offset and must leave the batches'
-// offsets final.
-func (l *Log) appendValidated(batches []byte, info AppendInfo, stamp func(leo int64) error) (AppendInfo, error) {
+// appendValidated assigns or checks offsets (stamp), applies the
+// idempotent-producer checks (leader) or state updates (follower), rolls
+// if needed and writes. stamp gets the log end offset and must leave the
+// batches' offsets final.
+func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stamp func(leo int64) error) (AppendInfo, error) {
 	start := time.Now()
 	l.mu.Lock()
 	if err := l.failure(); err != nil {
@@ -128,14 +133,25 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, stamp func(leo in
 	first, _, _ := SplitBatch(batches)
 	info.FirstOffset = first.BaseOffset()
 	info.LastOffset = lastBatchOf(batches).LastOffset()
+	if dup, isDup, err := l.checkProducers(batches, leader); err != nil || isDup {
+		l.mu.Unlock()
+		if isDup {
+			dup.Records, dup.MaxTimestamp = info.Records, info.MaxTimestamp
+			return dup, nil
+		}
+		return info, err
+	}
 	if err := l.maybeRoll(info); err != nil {
+		l.producers.discard()
 		l.mu.Unlock()
 		return info, err
 	}
 	if err := l.writeToActive(batches); err != nil {
+		l.producers.discard()
 		l.mu.Unlock()
 		return info, err
 	}
+	l.producers.commit()
 	l.leo.Store(info.LastOffset + 1)
 	l.unsyncedMsgs += info.Records
 	syncNow := l.opts.SyncEveryAppend ||
@@ -152,6 +168,27 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, stamp func(leo in
 		}
 	}
 	return info, nil
+}
+
+// checkProducers stages the producer-state updates of an append: for a
+// leader it first recognises retries (all batches duplicates: their
+// original offsets are returned with isDup) and checks epochs and
+// sequences. Staged updates are committed once the append is written.
+func (l *Log) checkProducers(batches []byte, leader bool) (AppendInfo, bool, error) {
+	if leader {
+		if dup, isDup, err := l.producers.findDuplicates(batches); err != nil || isDup {
+			return dup, isDup, err
+		}
+	}
+	for rest := batches; len(rest) > 0; {
+		b, r, _ := SplitBatch(rest)
+		if err := l.producers.update(b, leader); err != nil {
+			l.producers.discard()
+			return AppendInfo{}, false, err
+		}
+		rest = r
+	}
+	return AppendInfo{}, false, nil
 }
 
 // lastBatchOf returns the last batch of already-validated batches.
@@ -230,13 +267,16 @@ func (l *Log) roll(base int64) error {
 	}
 	l.setJitter(s)
 	old.timeIdx.maybeAppend(old.maxTS.Load(), old.relOfMaxTS)
+	// The producer state as of the new segment's base offset is captured
+	// now, cheaply; the file is written and fsynced by the flusher.
+	snap := encodeSnapshot(nil, l.producers.producers)
 	segs := l.segments()
 	next := make([]*segment, len(segs), len(segs)+1)
 	copy(next, segs)
 	l.setSegments(append(next, s))
 	l.dirDirty.Store(true)
 	l.stats.rolls.Add(1)
-	l.bg.enqueueRolled(old)
+	l.bg.enqueueRolled(old, base, snap)
 	if l.opts.syncRollInline {
 		return l.bg.flushRolled()
 	}

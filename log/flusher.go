@@ -16,7 +16,7 @@ type flusher struct {
 	l *Log
 
 	mu        sync.Mutex
-	pending   []*segment // rolled segments not yet flushed, oldest first
+	pending   []rolled // rolled segments not yet flushed, oldest first
 	deletions []deletion
 
 	// flushMu serializes roll flushes with each other and with segment
@@ -27,6 +27,14 @@ type flusher struct {
 	kick   chan struct{}
 	stopCh chan struct{}
 	done   chan struct{}
+}
+
+// rolled is a segment waiting for its background flush, with the
+// producer-state snapshot taken when it was rolled.
+type rolled struct {
+	seg     *segment
+	snapOff int64
+	snap    []byte
 }
 
 type deletion struct {
@@ -60,6 +68,7 @@ func (f *flusher) run() {
 	defer timer.Stop()
 	nextSync := l.now().Add(l.opts.SyncInterval)
 	nextRetention := l.now().Add(l.opts.RetentionCheckInterval)
+	nextExpiry := l.now().Add(l.opts.ProducerExpiryCheckInterval)
 	for {
 		if err := f.flushRolled(); err != nil {
 			l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
@@ -76,7 +85,11 @@ func (f *flusher) run() {
 			}
 			nextRetention = now.Add(l.opts.RetentionCheckInterval)
 		}
-		wait := time.Hour
+		if !now.Before(nextExpiry) {
+			l.expireProducers()
+			nextExpiry = now.Add(l.opts.ProducerExpiryCheckInterval)
+		}
+		wait := min(time.Hour, nextExpiry.Sub(now))
 		if d, ok := f.nextDeletion(); ok {
 			wait = min(wait, d.Sub(now))
 		}
@@ -97,9 +110,9 @@ func (f *flusher) run() {
 }
 
 // enqueueRolled queues a just-rolled segment for flushing.
-func (f *flusher) enqueueRolled(s *segment) {
+func (f *flusher) enqueueRolled(s *segment, snapOff int64, snap []byte) {
 	f.mu.Lock()
-	f.pending = append(f.pending, s)
+	f.pending = append(f.pending, rolled{seg: s, snapOff: snapOff, snap: snap})
 	f.mu.Unlock()
 	f.wake()
 }
@@ -112,7 +125,7 @@ func (f *flusher) flushRolled() error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
 	f.mu.Lock()
-	pending := append([]*segment(nil), f.pending...)
+	pending := append([]rolled(nil), f.pending...)
 	f.mu.Unlock()
 	if len(pending) == 0 {
 		return nil
@@ -122,7 +135,8 @@ func (f *flusher) flushRolled() error {
 		return err
 	}
 	start := time.Now()
-	for _, s := range pending {
+	for _, r := range pending {
+		s := r.seg
 		if err := s.flushIndexes(true); err != nil {
 			return l.fail(err)
 		}
@@ -134,11 +148,18 @@ func (f *flusher) flushRolled() error {
 			l.stats.fsyncs.Add(1)
 			s.durable.Store(size)
 		}
+		// The snapshot only after its segment's data is durable, so a
+		// snapshot never reflects batches a crash could lose.
+		snapStart := time.Now()
+		if err := l.writeSnapshot(r.snapOff, r.snap); err != nil {
+			return l.fail(err)
+		}
+		l.stats.snapshotNanos.Add(int64(time.Since(snapStart)))
 	}
 	if err := l.syncDirIfDirty(); err != nil {
 		return l.fail(err)
 	}
-	rp := l.segmentAfter(pending[len(pending)-1])
+	rp := l.segmentAfter(pending[len(pending)-1].seg)
 	if rp > l.recoveryPt.Load() {
 		if err := l.writeRecoveryPoint(rp); err != nil {
 			return err
@@ -159,7 +180,7 @@ func (f *flusher) forget(s *segment) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, p := range f.pending {
-		if p == s {
+		if p.seg == s {
 			f.pending = append(f.pending[:i:i], f.pending[i+1:]...)
 			return
 		}
@@ -179,6 +200,9 @@ func (f *flusher) deleteLater(s *segment) error {
 		if err := l.opts.FS.Rename(p, p+deletedSuffix); err != nil && !os.IsNotExist(err) {
 			return err
 		}
+	}
+	if err := l.deleteSnapshot(s.base); err != nil {
+		return err
 	}
 	l.dirDirty.Store(true)
 	l.stats.deleted.Add(1)

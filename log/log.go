@@ -37,6 +37,9 @@ type Log struct {
 	unsyncedMsgs int // records since the last sync (appender-only, under mu)
 	dirDirty     atomic.Bool
 
+	producers *producerState // guarded by mu
+	snapshots snapshotFiles
+
 	sync    syncState
 	waiters waitList
 	bg      *flusher
@@ -65,6 +68,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		rng:  rand.New(rand.NewPCG(uint64(o.Now().UnixNano()), 0x5eed)),
 	}
 	l.sync.init()
+	l.producers = newProducerState()
 	if err := l.load(); err != nil {
 		l.closeFiles()
 		return nil, fmt.Errorf("replog/log: open %s: %w", dir, err)
@@ -186,6 +190,12 @@ func (l *Log) cleanShutdown() error {
 		return l.fail(err)
 	}
 	leo := l.leo.Load()
+	if err := l.writeSnapshot(leo, encodeSnapshot(nil, l.producers.producers)); err != nil {
+		return l.fail(err)
+	}
+	if err := l.opts.FS.SyncDir(l.dir); err != nil {
+		return l.fail(err)
+	}
 	if err := l.writeRecoveryPoint(leo); err != nil {
 		return err
 	}

@@ -17,6 +17,9 @@ const (
 	DefaultMaxBatchBytes      = 8 << 20
 	DefaultFileDeleteDelay    = time.Minute
 	DefaultReadMaxBytes       = 1 << 20
+
+	DefaultProducerIDExpiration        = 7 * 24 * time.Hour
+	DefaultProducerExpiryCheckInterval = 10 * time.Minute
 )
 
 // Options configure a Log. The zero value gives Kafka's defaults: 1 GiB
@@ -65,6 +68,14 @@ type Options struct {
 	// (renamed to .deleted) so that readers holding regions can finish.
 	FileDeleteDelay time.Duration
 
+	// ProducerIDExpiration drops the state of producer ids whose newest
+	// batch timestamp is older than this (default 7 days); retries of
+	// their batches are then no longer recognised.
+	ProducerIDExpiration time.Duration
+	// ProducerExpiryCheckInterval is how often the background flusher
+	// looks for expired producer ids (default 10 minutes).
+	ProducerExpiryCheckInterval time.Duration
+
 	// SkipReadCRC skips the CRC check of batches returned by Read. By
 	// default every batch read is verified, so a bit flip on disk is
 	// reported as ErrCorrupt instead of being returned.
@@ -105,6 +116,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if int64(o.MaxBatchBytes) > o.SegmentBytes {
 		o.MaxBatchBytes = int(o.SegmentBytes)
+	}
+	if o.ProducerIDExpiration == 0 {
+		o.ProducerIDExpiration = DefaultProducerIDExpiration
+	}
+	if o.ProducerExpiryCheckInterval == 0 {
+		o.ProducerExpiryCheckInterval = DefaultProducerExpiryCheckInterval
 	}
 	if o.FileDeleteDelay == 0 {
 		o.FileDeleteDelay = DefaultFileDeleteDelay

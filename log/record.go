@@ -40,6 +40,7 @@ type RecordIterator struct {
 	remaining int32
 	rec       Record
 	err       error
+	decomp    []byte // reused decompression buffer (ResetBatch)
 }
 
 // Records returns an iterator over an uncompressed batch's records. For a

@@ -77,6 +77,9 @@ func (l *Log) load() error {
 		l.recoveryPt.Store(leo)
 		l.sync.durable = leo
 	}
+	if err := l.loadProducerState(leo); err != nil {
+		return err
+	}
 	if err := fs.Remove(l.path(cleanShutdownFile)); err != nil && !os.IsNotExist(err) {
 		return err
 	}
@@ -91,6 +94,7 @@ func (l *Log) cleanDirectory() ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.scanSnapshots(names)
 	logs := map[string]bool{}
 	var bases []int64
 	for _, n := range names {

@@ -95,6 +95,7 @@ func (l *Log) segmentMaxTimestamp(s *segment) (int64, error) {
 // deleteOldest removes the first n segments (never the active one).
 // Callers hold l.mu.
 func (l *Log) deleteOldest(n int) error {
+	l.producers.truncateHead(l.logStart.Load())
 	if n == 0 {
 		return nil
 	}

@@ -29,6 +29,14 @@ type Stats struct {
 	RecoveredSegments int
 	TruncatedBytes    int64
 	DeletedSegments   int64
+	// Producers is the number of idempotent producer ids tracked;
+	// Snapshots the number of producer-state snapshot files; and
+	// SnapshotsWritten and SnapshotWriteTime count the snapshots written
+	// (in the background at roll, and at Close) and the time that took.
+	Producers         int
+	Snapshots         int
+	SnapshotsWritten  int64
+	SnapshotWriteTime time.Duration
 	// Failed is true after a failed fsync (see ErrSyncFailed).
 	Failed bool
 }
@@ -38,6 +46,7 @@ type statCounters struct {
 	rolls, syncs, fsyncs            atomic.Int64
 	bgFlushes, bgFlushNanos         atomic.Int64
 	deleted                         atomic.Int64
+	snapshotsWritten, snapshotNanos atomic.Int64
 	recoveredSegments               int
 	truncatedBytes                  int64
 }
@@ -56,7 +65,14 @@ func (l *Log) Stats() Stats {
 		bytes += s.size.Load()
 	}
 	c := &l.stats
+	l.mu.Lock()
+	producers := len(l.producers.producers)
+	l.mu.Unlock()
 	return Stats{
+		Producers:           producers,
+		Snapshots:           len(l.snapshots.list()),
+		SnapshotsWritten:    c.snapshotsWritten.Load(),
+		SnapshotWriteTime:   time.Duration(c.snapshotNanos.Load()),
 		Segments:            len(segs),
 		Bytes:               bytes,
 		LogStartOffset:      l.LogStartOffset(),

@@ -55,7 +55,10 @@ func (l *Log) TruncateTo(offset int64) error {
 		return l.fail(err)
 	}
 	l.afterTruncation(newLEO)
-	return nil
+	if err := l.loadProducerState(newLEO); err != nil {
+		return err
+	}
+	return l.syncDirIfDirty()
 }
 
 // truncateSegment cuts s at pos (a batch boundary), fixes its indexes and
@@ -161,6 +164,12 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if err := l.syncDirIfDirty(); err != nil {
 		return l.fail(err)
 	}
+	for _, off := range l.snapshots.list() {
+		if err := l.deleteSnapshot(off); err != nil {
+			return err
+		}
+	}
+	l.producers = newProducerState()
 	l.logStart.Store(offset)
 	l.leo.Store(offset)
 	l.hw.Store(offset)

@@ -1,0 +1,219 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Errors of idempotent-producer checks on leader appends.
+var (
+	// ErrOutOfOrderSequence reports a batch whose first sequence does not
+	// follow the producer's last one (or a new epoch not starting at 0).
+	ErrOutOfOrderSequence = errors.New("replog/log: out of order sequence number")
+	// ErrProducerFenced reports a batch from an older producer epoch.
+	ErrProducerFenced = errors.New("replog/log: producer epoch is older than the current one")
+)
+
+// producerBatchesKept is how many recent batches per producer are kept to
+// recognise retries, as Kafka does.
+const producerBatchesKept = 5
+
+// batchMeta describes one appended batch of a producer.
+type batchMeta struct {
+	firstSeq, lastSeq int32
+	lastOffset        int64
+	offsetDelta       int32
+	timestamp         int64
+}
+
+func (m batchMeta) firstOffset() int64 { return m.lastOffset - int64(m.offsetDelta) }
+
+// producerEntry is the state of one producer id.
+type producerEntry struct {
+	epoch         int16
+	lastTimestamp int64
+	n             int // batches used, newest last
+	batches       [producerBatchesKept]batchMeta
+}
+
+func (e *producerEntry) last() (batchMeta, bool) {
+	if e.n == 0 {
+		return batchMeta{}, false
+	}
+	return e.batches[e.n-1], true
+}
+
+func (e *producerEntry) add(m batchMeta) {
+	if e.n == producerBatchesKept {
+		copy(e.batches[:], e.batches[1:])
+		e.n--
+	}
+	e.batches[e.n] = m
+	e.n++
+	e.lastTimestamp = max(e.lastTimestamp, m.timestamp)
+}
+
+// duplicateOf returns the cached batch with exactly b's sequence range.
+func (e *producerEntry) duplicateOf(b Batch) (batchMeta, bool) {
+	if e.epoch != b.ProducerEpoch() {
+		return batchMeta{}, false
+	}
+	for _, m := range e.batches[:e.n] {
+		if m.firstSeq == b.BaseSequence() && m.lastSeq == b.LastSequence() {
+			return m, true
+		}
+	}
+	return batchMeta{}, false
+}
+
+// producerState maps producer ids to their state. It is guarded by the
+// Log's mu.
+type producerState struct {
+	producers map[int64]*producerEntry
+	// staged holds the updated entries of the append being checked, until
+	// it is written (then committed) or rejected.
+	staged []stagedEntry
+}
+
+type stagedEntry struct {
+	pid   int64
+	entry producerEntry
+}
+
+func newProducerState() *producerState {
+	return &producerState{producers: map[int64]*producerEntry{}}
+}
+
+// stage returns the working copy of pid's entry for the current append.
+func (ps *producerState) stage(pid int64) *producerEntry {
+	for i := range ps.staged {
+		if ps.staged[i].pid == pid {
+			return &ps.staged[i].entry
+		}
+	}
+	se := stagedEntry{pid: pid, entry: producerEntry{epoch: NoProducerEpoch, lastTimestamp: NoTimestamp}}
+	if e := ps.producers[pid]; e != nil {
+		se.entry = *e
+	}
+	ps.staged = append(ps.staged, se)
+	return &ps.staged[len(ps.staged)-1].entry
+}
+
+// commit applies the staged entries.
+func (ps *producerState) commit() {
+	for _, se := range ps.staged {
+		e := ps.producers[se.pid]
+		if e == nil {
+			e = new(producerEntry)
+			ps.producers[se.pid] = e
+		}
+		*e = se.entry
+	}
+	ps.staged = ps.staged[:0]
+}
+
+func (ps *producerState) discard() { ps.staged = ps.staged[:0] }
+
+// update records b (with final offsets) in the staged state, checking
+// epochs and sequences when check is set (leader appends).
+func (ps *producerState) update(b Batch, check bool) error {
+	pid := b.ProducerID()
+	if pid == NoProducerID {
+		return nil
+	}
+	e := ps.stage(pid)
+	epoch, first := b.ProducerEpoch(), b.BaseSequence()
+	if check {
+		if err := checkSequence(e, epoch, first, pid); err != nil {
+			return err
+		}
+	}
+	if epoch != e.epoch {
+		e.epoch, e.n = epoch, 0
+	}
+	e.add(batchMeta{firstSeq: first, lastSeq: b.LastSequence(), lastOffset: b.LastOffset(),
+		offsetDelta: b.LastOffsetDelta(), timestamp: b.MaxTimestamp()})
+	return nil
+}
+
+// checkSequence applies Kafka's rules: an older epoch is fenced; a new
+// epoch must start at sequence 0 (unless the producer had no epoch); in
+// the same epoch the sequence must follow the last one, wrapping from
+// MaxInt32 to 0. A producer without state accepts any sequence.
+func checkSequence(e *producerEntry, epoch int16, first int32, pid int64) error {
+	switch {
+	case e.epoch == NoProducerEpoch:
+		return nil
+	case epoch < e.epoch:
+		return fmt.Errorf("%w: producer %d epoch %d, current %d", ErrProducerFenced, pid, epoch, e.epoch)
+	case epoch > e.epoch:
+		if first != 0 {
+			return fmt.Errorf("%w: producer %d new epoch %d starts at sequence %d, not 0", ErrOutOfOrderSequence, pid, epoch, first)
+		}
+		return nil
+	}
+	last, ok := e.last()
+	if !ok {
+		return nil
+	}
+	if !(first == last.lastSeq+1 || (last.lastSeq == math.MaxInt32 && first == 0)) {
+		return fmt.Errorf("%w: producer %d epoch %d: sequence %d after %d", ErrOutOfOrderSequence, pid, epoch, first, last.lastSeq)
+	}
+	return nil
+}
+
+// findDuplicates reports whether the batches are retries of cached
+// batches. All duplicates: it returns the original offsets. Some but not
+// all: an error, since a retry resends whole appends.
+func (ps *producerState) findDuplicates(batches []byte) (AppendInfo, bool, error) {
+	var info AppendInfo
+	dups, n := 0, 0
+	for rest := batches; len(rest) > 0; n++ {
+		b, r, _ := SplitBatch(rest)
+		rest = r
+		e := ps.producers[b.ProducerID()]
+		if b.ProducerID() == NoProducerID || e == nil {
+			continue
+		}
+		m, ok := e.duplicateOf(b)
+		if !ok {
+			continue
+		}
+		if dups == 0 {
+			info.FirstOffset = m.firstOffset()
+		}
+		info.LastOffset = m.lastOffset
+		info.Batches++
+		dups++
+	}
+	switch {
+	case dups == 0:
+		return info, false, nil
+	case dups < n:
+		return info, false, fmt.Errorf("%w: %d of %d batches in one append are retries", ErrOutOfOrderSequence, dups, n)
+	}
+	info.Duplicate = true
+	return info, true, nil
+}
+
+// truncateHead drops producers whose last batch lies before start.
+func (ps *producerState) truncateHead(start int64) {
+	for pid, e := range ps.producers {
+		if last, ok := e.last(); !ok || last.lastOffset < start {
+			delete(ps.producers, pid)
+		}
+	}
+}
+
+// expire drops producers whose last timestamp is older than cutoff (ms).
+func (ps *producerState) expire(cutoff int64) int {
+	n := 0
+	for pid, e := range ps.producers {
+		if e.lastTimestamp < cutoff {
+			delete(ps.producers, pid)
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,91 @@
+package log
+
+import (
+	"errors"
+	"io"
+)
+
+// loadProducerState rebuilds the producer state for a log ending at end:
+// snapshots past end are deleted, the newest valid one at or below end is
+// loaded (corrupt or truncated ones are deleted and the next older one
+// tried), and the batches after it are replayed. Callers hold l.mu or run
+// before the Log is shared.
+func (l *Log) loadProducerState(end int64) error {
+	for _, off := range l.snapshots.list() {
+		if off > end {
+			if err := l.deleteSnapshot(off); err != nil {
+				return err
+			}
+		}
+	}
+	l.producers = newProducerState()
+	from := l.logStart.Load()
+	snaps := l.snapshots.list()
+	for i := len(snaps) - 1; i >= 0; i-- {
+		data, err := readWholeFile(l.opts.FS, l.snapshotPath(snaps[i]))
+		if err != nil {
+			return err
+		}
+		producers, err := decodeSnapshot(data)
+		if err != nil {
+			l.opts.Logger.Warn("replog/log: deleting unreadable producer snapshot", "dir", l.dir, "err", err)
+			if err := l.deleteSnapshot(snaps[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		l.producers.producers = producers
+		from = max(snaps[i], from)
+		break
+	}
+	l.producers.truncateHead(l.logStart.Load())
+	return l.replayProducers(from, end)
+}
+
+// replayProducers applies the producer batches with offsets in
+// [from, end) to the state, without sequence checks.
+func (l *Log) replayProducers(from, end int64) error {
+	for _, s := range l.segments() {
+		if s.base >= end || (s != l.active() && s.next.Load() <= from) {
+			continue
+		}
+		pos := int64(0)
+		if from > s.base {
+			p, _, ok, err := s.find(from, l.opts.MaxBatchBytes)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			pos = p
+		}
+		sc := newBatchScanner(s, l.opts.MaxBatchBytes)
+		sc.pos = pos
+		for {
+			b, _, err := sc.next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if b.BaseOffset() >= end {
+				break
+			}
+			if b.LastOffset() < from || b.ProducerID() == NoProducerID {
+				continue
+			}
+			_ = l.producers.update(b, false)
+			l.producers.commit()
+		}
+	}
+	return nil
+}
+
+// expireProducers drops producers idle longer than ProducerIDExpiration.
+func (l *Log) expireProducers() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.producers.expire(l.now().Add(-l.opts.ProducerIDExpiration).UnixMilli())
+}
