@@ -67,6 +67,13 @@ func (x *index) ensureLoaded(fs vfs.FS, validate func([]byte) error) error {
 	return nil
 }
 
+// isLoaded reports whether the entries are in memory.
+func (x *index) isLoaded() bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.loaded
+}
+
 func (x *index) count() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,9 @@ type segment struct {
 	durable  atomic.Int64 // bytes known to be fsynced
 	offIdx   offsetIndex
 	timeIdx  timeIndex
+	// loadMu serializes loading (or rebuilding) the indexes of a segment
+	// whose index files are read lazily, by concurrent readers.
+	loadMu sync.Mutex
 
 	// appender-only state
 	sinceIndex int           // bytes appended since the last index entry
@@ -119,7 +123,16 @@ func (s *segment) indexBatch(b Batch, pos int64) {
 // rebuilding them from the log file when the index files are missing or
 // invalid.
 func (s *segment) loadIndexes(maxBatch int) error {
+	if s.offIdx.isLoaded() && s.timeIdx.isLoaded() {
+		return nil
+	}
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
 	size := s.size.Load()
+	if size > 0 && (!s.indexFileExists(s.offIdx.path) || !s.indexFileExists(s.timeIdx.path)) {
+		s.rebuild(maxBatch)
+		return nil
+	}
 	errO := s.offIdx.ensureLoaded(s.fs, func(d []byte) error { return validateOffsetEntries(d, size) })
 	errT := s.timeIdx.ensureLoaded(s.fs, validateTimeEntries)
 	if errO == nil && errT == nil {
@@ -133,6 +146,14 @@ func (s *segment) loadIndexes(maxBatch int) error {
 	}
 	s.rebuild(maxBatch)
 	return nil
+}
+
+// indexFileExists reports whether an index file is present. A missing
+// index of a non-empty segment is rebuilt, not taken as empty: an empty
+// time index would hide the segment from timestamp lookups and retention.
+func (s *segment) indexFileExists(path string) bool {
+	_, err := s.fs.Stat(path)
+	return !os.IsNotExist(err)
 }
 
 // readAt reads committed bytes at pos into p, stopping at the committed
