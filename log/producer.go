@@ -124,6 +124,18 @@ func (ps *producerState) update(b Batch, check bool) error {
 	}
 	e := ps.stage(pid)
 	epoch, first := b.ProducerEpoch(), b.BaseSequence()
+	if b.IsControl() {
+		// Transaction markers carry no sequence: only the epoch is checked
+		// and tracked, as Kafka does; they never enter the retry cache.
+		if check && e.epoch != NoProducerEpoch && epoch < e.epoch {
+			return fmt.Errorf("%w: producer %d marker epoch %d, current %d", ErrProducerFenced, pid, epoch, e.epoch)
+		}
+		if epoch > e.epoch {
+			e.epoch, e.n = epoch, 0
+		}
+		e.lastTimestamp = max(e.lastTimestamp, b.MaxTimestamp())
+		return nil
+	}
 	if check {
 		if err := checkSequence(e, epoch, first, pid); err != nil {
 			return err
@@ -173,7 +185,7 @@ func (ps *producerState) findDuplicates(batches []byte) (AppendInfo, bool, error
 		b, r, _ := SplitBatch(rest)
 		rest = r
 		e := ps.producers[b.ProducerID()]
-		if b.ProducerID() == NoProducerID || e == nil {
+		if b.ProducerID() == NoProducerID || e == nil || b.IsControl() {
 			continue
 		}
 		m, ok := e.duplicateOf(b)
