@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,13 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	if err := o.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The directory's own entry is durable only once its parent is synced;
+	// without this a power loss can take a new log, synced data and all.
+	// Done on every Open, not only at creation, in case an earlier Open
+	// created the directory and failed before syncing its parent.
+	if err := o.FS.SyncDir(filepath.Dir(dir)); err != nil {
 		return nil, err
 	}
 	l := &Log{
