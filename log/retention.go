@@ -107,6 +107,16 @@ func (l *Log) deleteOldest(n int) error {
 			return err
 		}
 	}
+	// Snapshots below the new first segment are of no use any more; those
+	// not named by a segment's base offset (written by Close at the log
+	// end) would otherwise be left behind forever.
+	for _, off := range l.snapshots.list() {
+		if off < segs[n].base {
+			if err := l.deleteSnapshot(off); err != nil {
+				return err
+			}
+		}
+	}
 	l.setSegments(append([]*segment(nil), segs[n:]...))
 	return nil
 }
