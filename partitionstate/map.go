@@ -45,6 +45,9 @@ type Map[K comparable, V any] struct {
 	// iteration will look at. Removing or moving a node advances every
 	// cursor that points to it, so iterations survive modification.
 	cursors []cursor[K, V]
+
+	// place is the yield function Replace hands to its sequence.
+	place func(K, V) bool
 }
 
 // cursor is the position of one iteration in progress.
@@ -173,9 +176,15 @@ func (m *Map[K, V]) Replace(seq iter.Seq2[K, V]) {
 	// end; what keeps a stamp at or below start was not in seq and forms a
 	// prefix of the list.
 	start := m.clock
-	for k, v := range seq {
-		m.UpdateAndMoveToEnd(k, v)
+	if m.place == nil {
+		// Made once per map: a yield function built here on each call
+		// would escape into seq and allocate every time.
+		m.place = func(k K, v V) bool {
+			m.UpdateAndMoveToEnd(k, v)
+			return true
+		}
 	}
+	seq(m.place)
 	for m.head != nil && m.head.stamp <= start {
 		n := m.head
 		delete(m.index, n.key)

@@ -299,7 +299,10 @@ func TestReplaceFromOwnIterator(t *testing.T) {
 	// Keep every other entry, doubling its value: the iteration Replace
 	// runs over m itself sees each old entry once.
 	m.Replace(func(yield func(string, int) bool) {
+		steps := 0
 		for k, v := range m.All() {
+			steps++
+			require.LessOrEqual(t, steps, 5, "iteration yields more entries than the map had")
 			if v%2 == 1 && !yield(k, 2*v) {
 				return
 			}
@@ -488,6 +491,7 @@ func TestModifyDuringIteration(t *testing.T) {
 			got := []kv{}
 			for k, v := range m.All() {
 				got = append(got, kv{k, v})
+				require.LessOrEqual(t, len(got), 4, "iteration yields more entries than the map had")
 				if !tt.body(m, k) {
 					break
 				}
