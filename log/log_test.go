@@ -1,0 +1,775 @@
+package log
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/replog/replog/internal/vfs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testClock is an injectable clock (Options.Now) that moves only when the
+// test advances it. Safe for concurrent use (the flusher reads it).
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// memLog returns a fresh in-memory filesystem and options for a log in
+// /log on it.
+func memLog() (*vfs.MemFS, Options) {
+	fs := vfs.NewMem()
+	return fs, testLogOptions(fs)
+}
+
+func segmentBases(l *Log) []int64 {
+	var out []int64
+	for _, s := range l.segments() {
+		out = append(out, s.base)
+	}
+	return out
+}
+
+// followerBatch builds a batch of n records carrying base offset base and
+// leader epoch epoch, as a leader would have stamped it.
+func followerBatch(t *testing.T, base int64, n int, epoch int32) []byte {
+	t.Helper()
+	b := buildBatch(t, n, 16, 1000+base)
+	Batch(b).setBaseOffset(base)
+	Batch(b).setLeaderEpoch(epoch)
+	return b
+}
+
+func concat(bs ...[]byte) []byte {
+	var out []byte
+	for _, b := range bs {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// crashCopy copies the log directory as a process crash (not a power
+// loss) leaves it: every file with everything written to it, nothing
+// closed. Call it while the Log is open.
+func crashCopy(t *testing.T, fs vfs.FS) *vfs.MemFS {
+	t.Helper()
+	dst := vfs.NewMem()
+	require.NoError(t, dst.MkdirAll("/log", 0o755))
+	require.NoError(t, dst.SyncDir("/"))
+	names, err := fs.ReadDir("/log")
+	require.NoError(t, err)
+	for _, n := range names {
+		writeFileFS(t, dst, filepath.Join("/log", n), readFileFS(t, fs, filepath.Join("/log", n)))
+	}
+	require.NoError(t, dst.SyncDir("/log"))
+	return dst
+}
+
+func fileExists(fs vfs.FS, path string) bool {
+	_, err := fs.Stat(path)
+	return err == nil
+}
+
+func TestSizeBasedLogRoll(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	size := len(buildBatch(t, 2, 100, 0))
+	tests := []struct {
+		name         string
+		segmentBytes int64
+		perSegment   int
+	}{
+		{"exact fit", int64(5 * size), 5},
+		{"room to spare", int64(5*size + size/2), 5},
+		{"one per segment", int64(size), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			l := openLog(t, "/log", Options{SegmentBytes: tt.segmentBytes, FS: fs})
+			const n = 23
+			for i := 0; i < n; i++ {
+				info, err := l.Append(buildBatch(t, 2, 100, int64(i)))
+				require.NoError(t, err)
+				require.Equal(t, int64(2*i), info.FirstOffset)
+			}
+			segs := l.segments()
+			require.Len(t, segs, (n+tt.perSegment-1)/tt.perSegment)
+			for i, s := range segs {
+				require.Equal(t, int64(2*i*tt.perSegment), s.base)
+				if i < len(segs)-1 {
+					require.Equal(t, int64(tt.perSegment*size), s.size.Load(), "segment %d", i)
+				}
+				require.LessOrEqual(t, s.size.Load(), tt.segmentBytes)
+			}
+			require.Equal(t, int64(len(segs)-1), l.Stats().Rolls)
+			var want []string
+			for _, s := range segs {
+				want = append(want, filepath.Join("/log", fmt.Sprintf("%020d.log", s.base)))
+			}
+			require.Equal(t, want, segmentFiles(t, fs, "/log", logSuffix))
+			require.NoError(t, l.Close())
+		})
+	}
+}
+
+func TestTimeBasedLogRoll(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	clock := newTestClock()
+	fs := vfs.NewMem()
+	l := openLog(t, "/log", Options{SegmentAge: time.Hour, FS: fs, Now: clock.Now})
+	appendOne := func() {
+		t.Helper()
+		_, err := l.Append(buildBatch(t, 1, 10, clock.Now().UnixMilli()))
+		require.NoError(t, err)
+	}
+	appendOne()
+	clock.Advance(time.Hour - time.Millisecond)
+	appendOne()
+	require.Len(t, l.segments(), 1, "younger than SegmentAge")
+	clock.Advance(time.Millisecond)
+	appendOne()
+	require.Equal(t, []int64{0, 2}, segmentBases(l), "rolled at SegmentAge; the new batch starts the new segment")
+
+	// An idle log does not roll an old segment until something is
+	// appended, and an empty segment never rolls by age.
+	clock.Advance(5 * time.Hour)
+	require.Len(t, l.segments(), 2)
+	appendOne()
+	require.Equal(t, []int64{0, 2, 3}, segmentBases(l))
+	clock.Advance(5 * time.Hour)
+	require.NoError(t, l.TruncateTo(3)) // the active segment becomes empty
+	appendOne()
+	require.Equal(t, []int64{0, 2, 3}, segmentBases(l), "an empty segment is reused, not rolled")
+}
+
+// TestTimeBasedLogRollJitter follows Kafka's testTimeBasedLogRollJitter:
+// each segment rolls at SegmentAge minus its own random jitter.
+func TestTimeBasedLogRollJitter(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	clock := newTestClock()
+	const age, jitter = time.Hour, 30 * time.Minute
+	l := openLog(t, "/log", Options{SegmentAge: age, SegmentJitter: jitter, FS: vfs.NewMem(), Now: clock.Now})
+	seen := map[time.Duration]bool{}
+	for round := 0; round < 6; round++ {
+		act := l.active()
+		j := act.jitter
+		require.GreaterOrEqual(t, j, time.Duration(0))
+		require.Less(t, j, jitter)
+		seen[j] = true
+		_, err := l.Append(buildBatch(t, 1, 10, 0))
+		require.NoError(t, err)
+		segs := len(l.segments())
+		// The segment was created (or, for the first, opened) at
+		// act.rollBase; it rolls once age - j has passed.
+		clock.ns.Store(act.rollBase.Add(age - j - time.Millisecond).UnixNano())
+		_, err = l.Append(buildBatch(t, 1, 10, 0))
+		require.NoError(t, err)
+		require.Len(t, l.segments(), segs, "round %d: rolled before age - jitter (%v)", round, age-j)
+		clock.Advance(time.Millisecond)
+		_, err = l.Append(buildBatch(t, 1, 10, 0))
+		require.NoError(t, err)
+		require.Len(t, l.segments(), segs+1, "round %d: not rolled at age - jitter (%v)", round, age-j)
+	}
+	require.Greater(t, len(seen), 1, "jitter is drawn per segment")
+}
+
+// TestRollOnFullIndex rolls a segment before its offset index would
+// exceed MaxIndexBytes.
+func TestRollOnFullIndex(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	const maxEntries = 4
+	l := openLog(t, "/log", Options{IndexIntervalBytes: 1, MaxIndexBytes: maxEntries * offsetEntrySize, FS: vfs.NewMem()})
+	for i := 0; i < 20; i++ {
+		_, err := l.Append(buildBatch(t, 1, 10, 0))
+		require.NoError(t, err)
+	}
+	// One append of three batches at once.
+	three := concat(buildBatch(t, 1, 10, 0), buildBatch(t, 1, 10, 0), buildBatch(t, 1, 10, 0))
+	_, err := l.Append(three)
+	require.NoError(t, err)
+	segs := l.segments()
+	require.Greater(t, len(segs), 5)
+	for _, s := range segs {
+		require.Less(t, s.offIdx.count(), maxEntries, "segment %d index", s.base)
+	}
+	require.Equal(t, int64(23), l.LogEndOffset())
+	require.Len(t, readAllBatches(t, l), 23)
+}
+
+// TestRollOnRelativeOffsetOverflow: offsets in a segment are stored
+// relative to its base as int32, so a follower batch too far from the
+// base starts a new segment.
+func TestRollOnRelativeOffsetOverflow(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	l := openLog(t, "/log", opts)
+	a := followerBatch(t, 0, 3, 1)
+	b := followerBatch(t, math.MaxInt32-2, 3, 1) // last offset = base + MaxInt32: fits
+	c := followerBatch(t, math.MaxInt32+1, 2, 1) // does not
+	for _, x := range [][]byte{a, b, c} {
+		_, err := l.AppendAsFollower(x)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int64{0, math.MaxInt32 + 1}, segmentBases(l))
+	require.Equal(t, int64(math.MaxInt32+3), l.LogEndOffset())
+	want := [][]byte{a, b, c}
+	require.Equal(t, want, readAllBatches(t, l))
+	require.NoError(t, l.Close())
+
+	// Clean and unclean reopen keep the layout.
+	l = openLog(t, "/log", opts)
+	require.Equal(t, want, readAllBatches(t, l))
+	img := crashCopy(t, fs)
+	require.NoError(t, l.Close())
+	opts.FS = img
+	l = openLog(t, "/log", opts)
+	require.Equal(t, want, readAllBatches(t, l))
+	require.Equal(t, int64(math.MaxInt32+3), l.LogEndOffset())
+
+	// A first batch far above an empty log's base moves the segment.
+	fs2, opts2 := memLog()
+	l2 := openLog(t, "/log", opts2)
+	far := followerBatch(t, 1<<40, 2, 3)
+	_, err := l2.AppendAsFollower(far)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1 << 40}, segmentBases(l2))
+	require.True(t, fileExists(fs2, "/log/00000001099511627776.log"))
+	require.Equal(t, [][]byte{far}, readAllBatches(t, l2))
+}
+
+func TestAppendRejectsBatchTooLarge(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	tests := []struct {
+		name    string
+		opts    Options
+		batches []byte
+	}{
+		{"batch larger than a segment", Options{SegmentBytes: 4096}, buildBatch(t, 1, 5000, 0)},
+		{"batch larger than MaxBatchBytes", Options{MaxBatchBytes: 1000}, buildBatch(t, 1, 1500, 0)},
+		{"append larger than a segment", Options{SegmentBytes: 4096}, concat(buildBatch(t, 1, 3000, 0), buildBatch(t, 1, 3000, 0))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opts.FS = vfs.NewMem()
+			l := openLog(t, "/log", tt.opts)
+			_, err := l.Append(buildBatch(t, 1, 10, 0))
+			require.NoError(t, err)
+			before := l.Stats()
+			_, err = l.Append(tt.batches)
+			require.ErrorIs(t, err, ErrBatchTooLarge)
+			after := l.Stats()
+			require.Equal(t, before.LogEndOffset, after.LogEndOffset)
+			require.Equal(t, before.Bytes, after.Bytes)
+			require.Equal(t, before.Segments, after.Segments)
+			_, err = l.AppendAsFollower(tt.batches)
+			require.ErrorIs(t, err, ErrBatchTooLarge)
+		})
+	}
+}
+
+func TestAppendAsLeaderAssignsOffsetsAndEpoch(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+
+	first := buildBatch(t, 3, 20, 100)
+	Batch(first).setBaseOffset(999) // whatever the producer sent is replaced
+	info, err := l.AppendAsLeader(first, 5)
+	require.NoError(t, err)
+	require.Equal(t, AppendInfo{FirstOffset: 0, LastOffset: 2, MaxTimestamp: 102, Batches: 1, Records: 3, Bytes: len(first)}, info)
+
+	multi := concat(buildBatch(t, 2, 20, 200), buildBatch(t, 1, 20, 300), buildBatch(t, 4, 20, 250))
+	info, err = l.AppendAsLeader(multi, 6)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), info.FirstOffset)
+	require.Equal(t, int64(9), info.LastOffset)
+	require.Equal(t, int64(300), info.MaxTimestamp)
+	require.Equal(t, 3, info.Batches)
+	require.Equal(t, 7, info.Records)
+
+	info, err = l.Append(buildBatch(t, 1, 20, 400))
+	require.NoError(t, err)
+	require.Equal(t, int64(10), info.FirstOffset)
+	require.Equal(t, int64(11), l.LogEndOffset())
+
+	got := readAllBatches(t, l)
+	require.Len(t, got, 5)
+	wantBase := []int64{0, 3, 5, 6, 10}
+	wantEpoch := []int32{5, 6, 6, 6, NoLeaderEpoch}
+	for i, raw := range got {
+		// Decode the stamped fields by hand.
+		require.Equal(t, uint64(wantBase[i]), binary.BigEndian.Uint64(raw[0:]), "batch %d base offset", i)
+		require.Equal(t, uint32(wantEpoch[i]), binary.BigEndian.Uint32(raw[12:]), "batch %d leader epoch", i)
+		require.NoError(t, Batch(raw).Validate(), "batch %d: the CRC still holds", i)
+		it := Batch(raw).Records()
+		for k := int64(0); it.Next(); k++ {
+			require.Equal(t, wantBase[i]+k, it.Record().Offset)
+		}
+		require.NoError(t, it.Err())
+	}
+	// The caller's slices were stamped in place, as documented.
+	require.Equal(t, got[0], first)
+	require.Equal(t, concat(got[1], got[2], got[3]), multi)
+}
+
+func TestAppendAsFollower(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	a, b := followerBatch(t, 0, 3, 2), followerBatch(t, 3, 3, 2)
+	info, err := l.AppendAsFollower(concat(a, b))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), info.FirstOffset)
+	require.Equal(t, int64(5), info.LastOffset)
+	gap := followerBatch(t, 10, 3, 4) // a gap, as compaction leaves
+	_, err = l.AppendAsFollower(gap)
+	require.NoError(t, err)
+	require.Equal(t, int64(13), l.LogEndOffset())
+
+	rejected := []struct {
+		name    string
+		batches []byte
+	}{
+		{"overlaps the end", followerBatch(t, 12, 2, 4)},
+		{"far below the end", followerBatch(t, 5, 1, 4)},
+		{"batches going backwards", concat(followerBatch(t, 20, 3, 4), followerBatch(t, 15, 3, 4))},
+		{"batches overlapping", concat(followerBatch(t, 20, 3, 4), followerBatch(t, 22, 3, 4))},
+	}
+	for _, r := range rejected {
+		_, err := l.AppendAsFollower(r.batches)
+		require.ErrorIs(t, err, ErrInvalidRecord, r.name)
+		require.Equal(t, int64(13), l.LogEndOffset(), r.name)
+	}
+	require.Equal(t, [][]byte{a, b, gap}, readAllBatches(t, l), "offsets and epochs kept as given")
+	// Leader appends continue after the follower's end.
+	info, err = l.Append(buildBatch(t, 1, 5, 0))
+	require.NoError(t, err)
+	require.Equal(t, int64(13), info.FirstOffset)
+}
+
+func TestAppendRejectsInvalidBatches(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	_, err := l.Append(buildBatch(t, 2, 10, 0))
+	require.NoError(t, err)
+	good := buildBatch(t, 2, 10, 0)
+	badCRC := buildBatch(t, 2, 10, 0)
+	badCRC[len(badCRC)-1] ^= 1
+	tests := []struct {
+		name    string
+		batches []byte
+		want    error
+	}{
+		{"nothing", nil, ErrInvalidRecord},
+		{"bad crc", badCRC, ErrCorrupt},
+		{"good then bad", concat(good, badCRC), ErrCorrupt},
+		{"trailing bytes", concat(good, []byte{1, 2, 3}), ErrCorrupt},
+		{"truncated", good[:len(good)-1], ErrCorrupt},
+	}
+	for _, tt := range tests {
+		before := l.Stats()
+		_, err := l.Append(append([]byte(nil), tt.batches...))
+		require.ErrorIs(t, err, tt.want, tt.name)
+		_, err = l.AppendAsFollower(append([]byte(nil), tt.batches...))
+		require.ErrorIs(t, err, tt.want, tt.name)
+		after := l.Stats()
+		require.Equal(t, before.LogEndOffset, after.LogEndOffset, tt.name)
+		require.Equal(t, before.Bytes, after.Bytes, tt.name)
+	}
+}
+
+// TestConcurrentAppenders: appends from several goroutines (with readers
+// and syncs running alongside) get dense, unique offsets, and each batch
+// is stored intact at the offsets its append returned. Run with -race.
+func TestConcurrentAppenders(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	opts.SegmentBytes = 16 << 10
+	l := openLog(t, "/log", opts)
+	const writers, perWriter = 4, 40
+	type appended struct {
+		info  AppendInfo
+		batch []byte
+	}
+	results := make([][]appended, writers)
+	errs := make(chan error, writers+2)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWriter; i++ {
+				bb := NewBatchBuilder()
+				for r := 0; r <= i%3; r++ {
+					bb.Add(int64(i), []byte(fmt.Sprintf("w%d", w)), []byte(fmt.Sprintf("w%d-i%d-r%d", w, i, r)))
+				}
+				b, err := bb.Build(nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				info, err := l.Append(b)
+				if err != nil {
+					errs <- err
+					return
+				}
+				results[w] = append(results[w], appended{info, b})
+				if i%10 == 0 {
+					if err := l.Sync(); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	readerDone := make(chan struct{})
+	go func() {
+		// A tailing reader: everything it sees is whole, valid and dense.
+		defer close(readerDone)
+		next := int64(0)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			buf, err := l.Read(nil, next, ReadOptions{MaxBytes: 4096})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for rest := buf; len(rest) > 0; {
+				b, r, err := SplitBatch(rest)
+				if err == nil {
+					err = b.Validate()
+				}
+				if err == nil && b.BaseOffset() != next {
+					err = fmt.Errorf("reader expected offset %d, got batch at %d", next, b.BaseOffset())
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				next = b.NextOffset()
+				rest = r
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-readerDone
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	var all []appended
+	for _, r := range results {
+		require.Len(t, r, perWriter)
+		all = append(all, r...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].info.FirstOffset < all[j].info.FirstOffset })
+	next := int64(0)
+	for _, a := range all {
+		require.Equal(t, next, a.info.FirstOffset, "offsets are dense and unique")
+		require.Equal(t, int64(a.info.Records-1), a.info.LastOffset-a.info.FirstOffset)
+		next = a.info.LastOffset + 1
+	}
+	require.Equal(t, next, l.LogEndOffset())
+	stored := readAllBatches(t, l)
+	require.Len(t, stored, len(all))
+	for i, a := range all {
+		require.Equal(t, a.batch, stored[i], "batch at offset %d", a.info.FirstOffset)
+	}
+}
+
+// TestOpenDeletesObsoleteFiles follows Kafka's testOpenDeletesObsoleteFiles:
+// temporary, deleted, cleaned and swap files and index files without a
+// segment are removed on Open; segments and their indexes stay.
+func TestOpenDeletesObsoleteFiles(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	l := openLog(t, "/log", opts)
+	want := appendN(t, l, 60, 0)
+	require.NoError(t, l.Close())
+	names, err := fs.ReadDir("/log")
+	require.NoError(t, err)
+
+	obsolete := []string{
+		"00000000000000000000.log.deleted",
+		"00000000000000000000.index.deleted",
+		"00000000000000099999.log.deleted",
+		"00000000000000000000.log.cleaned",
+		"00000000000000000000.log.swap",
+		"recovery-point.tmp",
+		"00000000000000000000.snapshot.tmp",
+		"00000000000000500000.index",
+		"00000000000000500000.timeindex",
+	}
+	for _, n := range obsolete {
+		writeFileFS(t, fs, filepath.Join("/log", n), []byte("junk"))
+	}
+	require.NoError(t, fs.SyncDir("/log"))
+	l = openLog(t, "/log", opts)
+	for _, n := range obsolete {
+		require.False(t, fileExists(fs, filepath.Join("/log", n)), "%s removed", n)
+	}
+	for _, n := range names {
+		if n == cleanShutdownFile {
+			continue
+		}
+		require.True(t, fileExists(fs, filepath.Join("/log", n)), "%s kept", n)
+	}
+	require.Equal(t, want, readAllBatches(t, l))
+}
+
+// TestCleanShutdownFile follows Kafka's testCleanShutdownFile: Close
+// leaves a marker; an Open that finds it scans nothing and removes it; an
+// Open without it recovers.
+func TestCleanShutdownFile(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	marker := "/log/" + cleanShutdownFile
+	l := openLog(t, "/log", opts)
+	require.False(t, fileExists(fs, marker))
+	want := appendN(t, l, 80, 0)
+	require.NoError(t, l.Close())
+	require.True(t, fileExists(fs, marker))
+
+	l = openLog(t, "/log", opts)
+	require.False(t, fileExists(fs, marker), "removed by Open: a crash from now on is unclean")
+	st := l.Stats()
+	require.Zero(t, st.RecoveredSegments, "a clean reopen scans nothing")
+	require.Equal(t, int64(240), st.LogEndOffset)
+	require.Equal(t, st.LogEndOffset, st.RecoveryPoint)
+	require.Equal(t, want, readAllBatches(t, l))
+
+	// The process dies without Close.
+	more := appendN(t, l, 5, 10_000)
+	img := crashCopy(t, fs)
+	require.NoError(t, l.Close())
+	require.False(t, fileExists(img, marker))
+	opts.FS = img
+	l = openLog(t, "/log", opts)
+	st = l.Stats()
+	require.Positive(t, st.RecoveredSegments, "an unclean reopen recovers")
+	require.Zero(t, st.TruncatedBytes)
+	require.Equal(t, append(want, more...), readAllBatches(t, l))
+}
+
+// waitRecoveryPoint waits for the background flusher to move the recovery
+// point to the active segment's base.
+func waitRecoveryPoint(t *testing.T, l *Log) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for l.RecoveryPoint() < l.active().base {
+		require.True(t, time.Now().Before(deadline), "the flusher never advanced the recovery point to %d (at %d)", l.active().base, l.RecoveryPoint())
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRecoverOnlyLastSegment follows Kafka's testRecoverOnlyLastSegment:
+// after an unclean shutdown only segments from the recovery point on are
+// scanned. Damage below the recovery point is proof: a scan would have
+// truncated the log there.
+func TestRecoverOnlyLastSegment(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	l := openLog(t, "/log", opts)
+	want := appendN(t, l, 100, 0)
+	segs := len(l.segments())
+	require.Greater(t, segs, 3)
+	waitRecoveryPoint(t, l)
+	img := crashCopy(t, fs)
+	require.NoError(t, l.Close())
+
+	// Flip a byte inside the first batch of the first segment.
+	first := "/log/" + segmentName(0) + logSuffix
+	data := readFileFS(t, img, first)
+	data[BatchHeaderSize+5] ^= 0xff
+	writeFileFS(t, img, first, data)
+
+	opts.FS = img
+	l = openLog(t, "/log", opts)
+	require.Equal(t, 1, l.Stats().RecoveredSegments)
+	require.Equal(t, int64(300), l.LogEndOffset(), "nothing truncated")
+	require.Len(t, l.segments(), segs)
+	_, err := l.Read(nil, 0, ReadOptions{})
+	require.ErrorIs(t, err, ErrCorrupt, "the damage is reported on read")
+	buf, err := l.Read(nil, 3, ReadOptions{MaxBytes: 1})
+	require.NoError(t, err)
+	require.Equal(t, want[1], buf)
+	require.NoError(t, l.Close())
+
+	// Without a recovery point every segment is scanned, and the scan
+	// stops at damage: the log is truncated before the damaged batch,
+	// everything before it intact.
+	img2 := crashCopy(t, fs)
+	require.NoError(t, img2.Remove("/log/"+cleanShutdownFile))
+	require.NoError(t, img2.Remove("/log/"+recoveryPointFile))
+	third := segmentBases(l)[2]
+	name := "/log/" + segmentName(third) + logSuffix
+	data = readFileFS(t, img2, name)
+	data[BatchHeaderSize+5] ^= 0xff
+	writeFileFS(t, img2, name, data)
+	opts.FS = img2
+	l = openLog(t, "/log", opts)
+	require.Equal(t, 3, l.Stats().RecoveredSegments, "scanned up to the damage")
+	require.Equal(t, third, l.LogEndOffset())
+	require.Equal(t, want[:third/3], readAllBatches(t, l))
+}
+
+// logSnapshot is everything a reader can observe of a log.
+type logSnapshot struct {
+	start, end, hw int64
+	bases          []int64
+	batches        [][]byte
+}
+
+func snapshotLog(t *testing.T, l *Log) logSnapshot {
+	t.Helper()
+	return logSnapshot{l.LogStartOffset(), l.LogEndOffset(), l.HighWatermark(), segmentBases(l), readAllBatches(t, l)}
+}
+
+// TestReopenGivesSameState checks A4: opening the same directory twice,
+// after a crash that tore the unsynced tail, gives the same state, and so
+// does a clean reopen afterwards.
+func TestReopenGivesSameState(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	l := openLog(t, "/log", opts)
+	appendN(t, l, 40, 0)
+	require.NoError(t, l.Sync())
+	appendN(t, l, 40, 1000)
+	l.SetHighWatermark(150)
+	crash := vfs.CrashOptions{Seed: 7, KeepUnsynced: 1, ZeroSectors: 0.3, KeepDirOps: 0.5}
+	imgA, imgB := fs.CrashClone(crash), fs.CrashClone(crash)
+	require.NoError(t, l.Close())
+
+	optsA, optsB := opts, opts
+	optsA.FS, optsB.FS = imgA, imgB
+	la := openLog(t, "/log", optsA)
+	first := snapshotLog(t, la)
+	require.GreaterOrEqual(t, first.end, int64(120), "synced data survives")
+	require.NoError(t, la.Close())
+	la = openLog(t, "/log", optsA)
+	require.Equal(t, first, snapshotLog(t, la), "recovered then reopened cleanly")
+	require.NoError(t, la.Close())
+	lb := openLog(t, "/log", optsB)
+	require.Equal(t, first, snapshotLog(t, lb), "the same crash image recovers the same way")
+	require.NoError(t, lb.Close())
+}
+
+func TestCloseIsIdempotentAndFinal(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	appendN(t, l, 3, 0)
+	require.NoError(t, l.Close())
+	require.NoError(t, l.Close())
+
+	calls := map[string]func() error{
+		"Append":           func() error { _, err := l.Append(buildBatch(t, 1, 1, 0)); return err },
+		"AppendAsFollower": func() error { _, err := l.AppendAsFollower(followerBatch(t, 100, 1, 0)); return err },
+		"Read":             func() error { _, err := l.Read(nil, 0, ReadOptions{}); return err },
+		"ReadRegion":       func() error { _, err := l.ReadRegion(0, ReadOptions{}); return err },
+		"OffsetForTimestamp": func() error {
+			_, _, err := l.OffsetForTimestamp(0)
+			return err
+		},
+		"Sync":                    l.Sync,
+		"TruncateTo":              func() error { return l.TruncateTo(1) },
+		"TruncateFullyAndStartAt": func() error { return l.TruncateFullyAndStartAt(50) },
+		"DeleteRecordsBefore":     func() error { return l.DeleteRecordsBefore(1) },
+		"ApplyRetention":          func() error { _, err := l.ApplyRetention(); return err },
+		"WaitForData": func() error {
+			return l.WaitForData(context.Background(), 100, false)
+		},
+	}
+	for name, call := range calls {
+		require.ErrorIs(t, call(), ErrClosed, name)
+	}
+	assert.NotPanics(t, func() { _ = l.Stats() })
+}
+
+// TestCloseWaitsForConcurrentCalls closes a log while appends, reads and
+// syncs run: every call returns nil or ErrClosed (or an error wrapping
+// it), nothing panics, and no goroutine is left.
+func TestCloseWaitsForConcurrentCalls(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	appendN(t, l, 5, 0)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				var err error
+				switch (g + i) % 3 {
+				case 0:
+					b := NewBatchBuilder()
+					b.Add(0, nil, []byte("x"))
+					raw, _ := b.Build(nil)
+					_, err = l.Append(raw)
+				case 1:
+					_, err = l.Read(nil, 0, ReadOptions{MaxBytes: 100})
+				case 2:
+					err = l.Sync()
+				}
+				if err != nil {
+					if !errors.Is(err, ErrClosed) {
+						errs <- err
+					}
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(10 * time.Millisecond) // let the calls overlap Close
+	require.NoError(t, l.Close())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// TestOpenRejectsBadOptions checks the documented option bounds.
+func TestOpenRejectsBadOptions(t *testing.T) {
+	bad := []Options{
+		{SegmentBytes: 10},
+		{SegmentBytes: 1 << 32},
+		{MaxIndexBytes: 8},
+		{IndexIntervalBytes: -1},
+		{SyncEveryMessages: -1},
+		{RetentionBytes: -1},
+		{SegmentJitter: -time.Second},
+	}
+	for i, o := range bad {
+		o.FS = vfs.NewMem()
+		_, err := Open("/log", o)
+		require.Error(t, err, "options %d: %+v", i, o)
+	}
+}
