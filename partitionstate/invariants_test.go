@@ -8,7 +8,9 @@ import (
 
 // requireInvariants checks the internal structure of m: the list and the
 // index agree, links are consistent in both directions, stamps increase
-// along the list, and recycled nodes hold no links and no contents.
+// along the list, and recycled nodes hold no links and no contents. It
+// runs after every operation of the model tests, so it checks with plain
+// comparisons and reports through require only on failure.
 func requireInvariants[K comparable, V comparable](t testing.TB, m *Map[K, V]) {
 	t.Helper()
 	var zeroK K
@@ -17,27 +19,31 @@ func requireInvariants[K comparable, V comparable](t testing.TB, m *Map[K, V]) {
 	var prev *node[K, V]
 	for n := m.head; n != nil; n = n.next {
 		count++
-		require.LessOrEqual(t, count, len(m.index), "list longer than index (cycle?)")
-		require.Same(t, prev, n.prev, "prev link of entry %d", count-1)
-		got, ok := m.index[n.key]
-		require.True(t, ok, "listed key %v missing from index", n.key)
-		require.Same(t, n, got, "index points elsewhere for %v", n.key)
-		if prev != nil {
-			require.Greater(t, n.stamp, prev.stamp, "stamps must increase along the list")
+		if count > len(m.index) {
+			require.FailNow(t, "list longer than index (cycle?)", "index has %d keys", len(m.index))
 		}
-		require.LessOrEqual(t, n.stamp, m.clock)
+		if n.prev != prev {
+			require.FailNow(t, "broken prev link", "entry %d (%v)", count-1, n.key)
+		}
+		if got, ok := m.index[n.key]; !ok || got != n {
+			require.FailNow(t, "index does not point to the listed node", "key %v, present %v", n.key, ok)
+		}
+		if prev != nil && n.stamp <= prev.stamp {
+			require.FailNow(t, "stamps must increase along the list", "entry %d: %d after %d", count-1, n.stamp, prev.stamp)
+		}
+		if n.stamp > m.clock {
+			require.FailNow(t, "stamp from the future", "entry %d: %d > clock %d", count-1, n.stamp, m.clock)
+		}
 		prev = n
 	}
 	require.Same(t, prev, m.tail, "tail")
 	require.Equal(t, len(m.index), count, "index has keys that are not listed")
 	for n := m.free; n != nil; n = n.next {
-		require.Nil(t, n.prev, "recycled node keeps a prev link")
-		require.Equal(t, zeroK, n.key, "recycled node keeps its key")
-		require.Equal(t, zeroV, n.value, "recycled node keeps its value")
-		require.Zero(t, n.stamp)
-		_, inIndex := m.index[n.key]
-		if inIndex {
-			require.NotSame(t, n, m.index[n.key], "recycled node still indexed")
+		if n.prev != nil || n.key != zeroK || n.value != zeroV || n.stamp != 0 {
+			require.FailNow(t, "recycled node keeps links or contents", "%+v", *n)
+		}
+		if m.index[n.key] == n {
+			require.FailNow(t, "recycled node still indexed")
 		}
 	}
 }

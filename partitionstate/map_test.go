@@ -509,12 +509,14 @@ func TestKeysAndValues(t *testing.T) {
 	var keys []string
 	for k := range m.Keys() {
 		keys = append(keys, k)
+		require.LessOrEqual(t, len(keys), 3, "iteration yields more entries than the map had")
 		m.Remove("c")
 	}
 	assert.Equal(t, []string{"b", "a"}, keys)
 	var values []int
 	for v := range m.Values() {
 		values = append(values, v)
+		require.LessOrEqual(t, len(values), 2, "iteration yields more entries than the map had")
 		m.MoveToEnd("b")
 	}
 	assert.Equal(t, []int{2, 1}, values)

@@ -249,8 +249,12 @@ func (x *modelRun) step(depth int) bool {
 				pairs = append(pairs, refEntry{key: e.key, value: e.value + delta})
 			}
 		}
+		startLen := len(x.ref.entries)
 		x.m.Replace(func(yield func(partition, int) bool) {
+			steps := 0
 			for k, v := range x.m.All() {
+				steps++
+				require.LessOrEqual(t, steps, startLen, "iteration longer than the map was")
 				if keep(k) && !yield(k, v+delta) {
 					return
 				}
@@ -329,6 +333,21 @@ func (x *modelRun) iterate(depth int) {
 // reference's order.
 func (x *modelRun) requireSame() {
 	x.t.Helper()
+	i := 0
+	for n := x.m.head; n != nil; n = n.next {
+		if i >= len(x.ref.entries) || n.key != x.ref.entries[i].key || n.value != x.ref.entries[i].value {
+			x.fail()
+		}
+		i++
+	}
+	if i != len(x.ref.entries) || x.m.Len() != len(x.ref.entries) {
+		x.fail()
+	}
+}
+
+// fail reports the contents of the map and of the reference side by side.
+func (x *modelRun) fail() {
+	x.t.Helper()
 	want := make([]refEntry, 0, len(x.ref.entries))
 	for _, e := range x.ref.entries {
 		want = append(want, refEntry{key: e.key, value: e.value})
@@ -337,8 +356,8 @@ func (x *modelRun) requireSame() {
 	for n := x.m.head; n != nil; n = n.next {
 		got = append(got, refEntry{key: n.key, value: n.value})
 	}
-	require.Equal(x.t, want, got)
-	require.Equal(x.t, len(want), x.m.Len())
+	require.Equal(x.t, want, got, "map and reference differ (Len %d)", x.m.Len())
+	require.FailNow(x.t, "map and reference differ", "Len %d, reference %d", x.m.Len(), len(want))
 }
 
 // modelSeeds are byte sequences that reach each kind of operation, used
