@@ -176,6 +176,11 @@ func (l *Log) ReadRegion(offset int64, o ReadOptions) (Region, error) {
 	if err != nil {
 		return Region{}, err
 	}
+	if limit <= pos {
+		// The batch holding offset straddles the end (a high watermark
+		// inside it): nothing is readable yet, as for Read.
+		return Region{FirstOffset: offset, NextOffset: offset}, nil
+	}
 	stop, next, err := l.cutRegion(s, pos, hdr, limit, int64(readMax(o)))
 	if err != nil {
 		return Region{}, err
@@ -190,14 +195,25 @@ func (l *Log) cutRegion(s *segment, pos int64, first Batch, limit, maxBytes int6
 	stop, next := pos+int64(first.Size()), first.NextOffset()
 	want := min(pos+maxBytes, limit)
 	var hdr [BatchHeaderSize]byte
-	// Every batch before an indexed boundary <= want fits: jump there,
-	// then step header by header.
+	// Every batch before an indexed boundary <= want fits: jump past an
+	// indexed batch that fits, then step header by header. (Stopping at
+	// the boundary itself would take next from the batch after it, which
+	// is wrong when a follower's offset gap lies between the two.)
 	if p := s.offIdx.floorPosition(want); p > stop && p < limit {
 		b, err := s.batchHeaderAt(p, &hdr)
 		if err != nil {
 			return 0, 0, err
 		}
-		stop, next = p, b.BaseOffset()
+		if end := p + int64(b.Size()); end <= want {
+			stop, next = end, b.NextOffset()
+		} else if q := s.offIdx.floorPosition(p - 1); q > stop {
+			// The previous indexed batch ends at or before p: it fits.
+			b, err := s.batchHeaderAt(q, &hdr)
+			if err != nil {
+				return 0, 0, err
+			}
+			stop, next = q+int64(b.Size()), b.NextOffset()
+		}
 	}
 	for stop < want {
 		b, err := s.batchHeaderAt(stop, &hdr)
