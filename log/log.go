@@ -40,6 +40,7 @@ type Log struct {
 
 	producers *producerState // guarded by mu
 	snapshots snapshotFiles
+	epochs    epochCache
 
 	sync    syncState
 	waiters waitList

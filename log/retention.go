@@ -25,6 +25,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 	if l.hw.Load() < offset {
 		l.hw.Store(offset)
 	}
+	if err := l.truncateEpochsFromStart(offset); err != nil {
+		return l.fail(err)
+	}
 	segs := l.segments()
 	n := 0
 	for n+1 < len(segs) && segs[n+1].base <= offset {
@@ -74,6 +77,9 @@ func (l *Log) ApplyRetention() (int, error) {
 		l.logStart.Store(start)
 		if l.hw.Load() < start {
 			l.hw.Store(start)
+		}
+		if err := l.truncateEpochsFromStart(start); err != nil {
+			return 0, l.fail(err)
 		}
 	}
 	return n, l.deleteOldest(n)

@@ -55,6 +55,9 @@ func (l *Log) TruncateTo(offset int64) error {
 		return l.fail(err)
 	}
 	l.afterTruncation(newLEO)
+	if err := l.truncateEpochsFromEnd(newLEO); err != nil {
+		return l.fail(err)
+	}
 	if err := l.loadProducerState(newLEO); err != nil {
 		return err
 	}
@@ -170,6 +173,9 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 		}
 	}
 	l.producers = newProducerState()
+	if err := l.clearEpochs(); err != nil {
+		return l.fail(err)
+	}
 	l.logStart.Store(offset)
 	l.leo.Store(offset)
 	l.hw.Store(offset)

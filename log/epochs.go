@@ -1,0 +1,178 @@
+package log
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// leaderEpochFile is Kafka's leader-epoch-checkpoint: one "<epoch>
+// <startOffset>" line per epoch, in the checkpoint text format.
+const leaderEpochFile = "leader-epoch-checkpoint"
+
+// EpochEntry says that leader epoch Epoch wrote the log from StartOffset
+// on (until the next entry's StartOffset).
+type EpochEntry struct {
+	Epoch       int32
+	StartOffset int64
+}
+
+// epochCache is the log's leader-epoch cache, kept consistent with the
+// log by appends (new epochs), truncation and log-start moves, and
+// persisted atomically before the data it describes is written.
+type epochCache struct {
+	mu      sync.RWMutex
+	entries []EpochEntry // epochs and start offsets strictly increase
+}
+
+func (c *epochCache) snapshot() []EpochEntry {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return append([]EpochEntry(nil), c.entries...)
+}
+
+func (c *epochCache) latest() (EpochEntry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.entries) == 0 {
+		return EpochEntry{}, false
+	}
+	return c.entries[len(c.entries)-1], true
+}
+
+// LeaderEpochs returns the leader-epoch cache: which epoch wrote which
+// offsets. The caller owns the returned slice.
+func (l *Log) LeaderEpochs() []EpochEntry { return l.epochs.snapshot() }
+
+// LatestEpoch returns the newest leader epoch in the log, or NoLeaderEpoch.
+func (l *Log) LatestEpoch() int32 {
+	if e, ok := l.epochs.latest(); ok {
+		return e.Epoch
+	}
+	return NoLeaderEpoch
+}
+
+// EndOffsetForEpoch answers a follower's "where does my epoch end on your
+// log" (KIP-101/KIP-279): for the largest epoch <= epoch in the cache it
+// returns that epoch and the start offset of the next higher epoch, or the
+// log end offset when it is the latest. It returns (NoLeaderEpoch, -1)
+// when epoch is unknown and above every cached epoch, or NoLeaderEpoch.
+// When epoch is below the first cached epoch, it returns epoch and the
+// first epoch's start offset.
+func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64) {
+	if epoch == NoLeaderEpoch {
+		return NoLeaderEpoch, -1
+	}
+	c := &l.epochs
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := len(c.entries)
+	if n > 0 && c.entries[n-1].Epoch == epoch {
+		return epoch, l.leo.Load()
+	}
+	hi := sort.Search(n, func(i int) bool { return c.entries[i].Epoch > epoch })
+	if hi == n {
+		return NoLeaderEpoch, -1
+	}
+	if hi == 0 {
+		return epoch, c.entries[0].StartOffset
+	}
+	return c.entries[hi-1].Epoch, c.entries[hi].StartOffset
+}
+
+// assignEpoch records that epoch starts at offset, if it is newer than the
+// latest epoch, and persists the cache before the caller writes data.
+// Callers hold l.mu.
+func (l *Log) assignEpoch(epoch int32, offset int64) error {
+	if epoch == NoLeaderEpoch {
+		return nil
+	}
+	c := &l.epochs
+	if last, ok := c.latest(); ok && epoch <= last.Epoch {
+		return nil
+	}
+	c.mu.Lock()
+	// An epoch cannot start below an older epoch's start: those entries
+	// were truncated away.
+	for len(c.entries) > 0 && c.entries[len(c.entries)-1].StartOffset >= offset {
+		c.entries = c.entries[:len(c.entries)-1]
+	}
+	c.entries = append(c.entries, EpochEntry{Epoch: epoch, StartOffset: offset})
+	c.mu.Unlock()
+	return l.persistEpochs()
+}
+
+// truncateEpochsFromEnd drops epochs starting at or after end.
+func (l *Log) truncateEpochsFromEnd(end int64) error {
+	c := &l.epochs
+	c.mu.Lock()
+	n := len(c.entries)
+	for len(c.entries) > 0 && c.entries[len(c.entries)-1].StartOffset >= end {
+		c.entries = c.entries[:len(c.entries)-1]
+	}
+	changed := n != len(c.entries)
+	c.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	return l.persistEpochs()
+}
+
+// truncateEpochsFromStart moves the epochs below start to start, keeping
+// the latest of them.
+func (l *Log) truncateEpochsFromStart(start int64) error {
+	c := &l.epochs
+	c.mu.Lock()
+	i := sort.Search(len(c.entries), func(i int) bool { return c.entries[i].StartOffset > start })
+	changed := false
+	if i > 0 {
+		keep := c.entries[i-1]
+		changed = i > 1 || keep.StartOffset != start
+		keep.StartOffset = start
+		c.entries = append([]EpochEntry{keep}, c.entries[i:]...)
+	}
+	c.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	return l.persistEpochs()
+}
+
+func (l *Log) clearEpochs() error {
+	l.epochs.mu.Lock()
+	l.epochs.entries = nil
+	l.epochs.mu.Unlock()
+	return l.persistEpochs()
+}
+
+func (l *Log) persistEpochs() error {
+	entries := l.epochs.snapshot()
+	rows := make([][]int64, len(entries))
+	for i, e := range entries {
+		rows[i] = []int64{int64(e.Epoch), e.StartOffset}
+	}
+	return writeCheckpoint(l.opts.FS, l.path(leaderEpochFile), rows)
+}
+
+// loadEpochs reads the checkpoint and drops entries past the log end
+// (written before data a crash then lost).
+func (l *Log) loadEpochs(start, end int64) error {
+	rows, _, err := readCheckpoint(l.opts.FS, l.path(leaderEpochFile), 2)
+	if err != nil {
+		return err
+	}
+	var entries []EpochEntry
+	for _, r := range rows {
+		e := EpochEntry{Epoch: int32(r[0]), StartOffset: r[1]}
+		if r[0] < 0 || r[0] > 1<<31-1 || r[1] < 0 ||
+			(len(entries) > 0 && (e.Epoch <= entries[len(entries)-1].Epoch || e.StartOffset < entries[len(entries)-1].StartOffset)) {
+			return fmt.Errorf("%w: %s: epochs and offsets must increase", ErrCorrupt, leaderEpochFile)
+		}
+		entries = append(entries, e)
+	}
+	l.epochs.entries = entries
+	if err := l.truncateEpochsFromEnd(end); err != nil {
+		return err
+	}
+	return l.truncateEpochsFromStart(start)
+}
