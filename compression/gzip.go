@@ -45,9 +45,11 @@ func (l *Local) gunzip(dst, src []byte) ([]byte, error) {
 			// exactly sized dst stays allocation-free.
 			p := l.gzp[:min(len(l.gzp), room+1)]
 			n, err = l.gzr.Read(p)
+			if n > room {
+				return dst, l.tooLarge(Gzip)
+			}
 			if n > 0 {
-				dst = grow(dst, n, max(room, n))
-				dst = append(dst, p[:n]...)
+				dst = append(grow(dst, n, room), p[:n]...)
 			}
 		}
 		if len(dst)-start > limit {

@@ -88,7 +88,9 @@ func (l *Local) unlz4(dst, src []byte) ([]byte, error) {
 // dst's spare capacity; the frame layer adds a few comparisons per block.
 // The window handed to the block decoder is never longer than the block
 // maximum, lz4MaxRatio times the block's stored size, or what is left under
-// the limit, so a bomb fails after at most the limit has been allocated.
+// the limit, so a bomb fails after at most the limit has been allocated. A
+// block that does not decode into what the limit leaves, though it might
+// into a full window, fails with ErrTooLarge (it may be corrupt as well).
 func (l *Local) lz4Frame(dst, src []byte, start int) ([]byte, []byte, error) {
 	limit := l.MaxDecompressedSize()
 	if len(src) < 7 {
@@ -178,8 +180,10 @@ func (l *Local) lz4Frame(dst, src []byte, start int) ([]byte, []byte, error) {
 			k, err = lz4.UncompressBlockWithDict(block, out, dict)
 		}
 		if err != nil {
-			if w < bound && lz4Fits(block, bound, dst[max(frameStart, len(dst)-lz4Window):], independent) {
-				return dst, src, l.tooLarge(LZ4)
+			if w < bound {
+				// The block may decode to more than the limit leaves: whether
+				// it is also corrupt is not worth another decode to find out.
+				return dst, src, fmt.Errorf("%w: lz4: block does not decode within the limit: %w", l.tooLarge(LZ4), err)
 			}
 			return dst, src, corrupt(LZ4, err)
 		}
@@ -198,19 +202,6 @@ func (l *Local) lz4Frame(dst, src []byte, start int) ([]byte, []byte, error) {
 		return dst, src, fmt.Errorf("%w: lz4: content size %d, frame declares %d", ErrCorrupt, len(dst)-frameStart, contentSize)
 	}
 	return dst, src[p:], nil
-}
-
-// lz4Fits reports whether block decodes into bound bytes: on the error path,
-// it tells a block cut short by the limit (ErrTooLarge) from a corrupt one.
-func lz4Fits(block []byte, bound int, dict []byte, independent bool) bool {
-	out := make([]byte, bound)
-	var err error
-	if independent {
-		_, err = lz4.UncompressBlock(block, out)
-	} else {
-		_, err = lz4.UncompressBlockWithDict(block, out, dict)
-	}
-	return err == nil
 }
 
 // lz4 appends src to dst as one LZ4 frame as Kafka writes it: the header

@@ -17,6 +17,9 @@ const (
 	// xerialChunk is the uncompressed size of the chunks Compress writes:
 	// snappy-java's default block size.
 	xerialChunk = 32 << 10
+	// snappyMaxRatio bounds the bytes one byte of a snappy block decodes to:
+	// the best element is a 3-byte copy of 64 bytes.
+	snappyMaxRatio = 22
 )
 
 // unsnappy appends the decompression of src to dst: xerial-framed when src
@@ -60,6 +63,10 @@ func (l *Local) snappyBlock(dst, b []byte, room int) ([]byte, error) {
 	}
 	if n > room {
 		return dst, l.tooLarge(Snappy)
+	}
+	if n > len(b)*snappyMaxRatio {
+		// Impossible in snappy: no allocation on the word of a forged header.
+		return dst, fmt.Errorf("%w: snappy: block of %d bytes declares %d", ErrCorrupt, len(b), n)
 	}
 	dst = grow(dst, n, room)
 	w := dst[len(dst) : len(dst)+n]

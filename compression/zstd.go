@@ -1,8 +1,10 @@
 package compression
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -12,31 +14,162 @@ import (
 // frame and a decoder needs no more memory than the body itself.
 const zstdWindow = 1 << 20
 
+// zstdMaxWindow is the largest window a frame may ask for: 128 MiB, zstd's
+// and zstd-jni's default decoder limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT 27).
+// DecodeAll decodes into the destination and allocates no window, so the
+// window does not count against MaxDecompressedSize: Kafka's Java producer
+// writes 2 MiB windows whatever the batch size.
+const zstdMaxWindow = 1 << 27
+
+// zstdSlack is spare room given to DecodeAll beyond the expected output:
+// with it, klauspost's sequence decoder takes its fast path (wide copies)
+// also for the last block.
+const zstdSlack = 64
+
+// The zstd format (RFC 8878), as far as zstdBound reads it.
+const (
+	zstdMagic          = 0xFD2FB528
+	zstdSkippableMagic = 0x184D2A50 // 0x184D2A50 to 0x184D2A5F
+	zstdSkippableMask  = 0xFFFFFFF0
+	zstdMaxBlock       = 128 << 10 // Block_Maximum_Size at most
+)
+
+// zstdBound returns an upper bound of the decompressed size of the zstd
+// frames in src, read from their headers alone: a frame's content size if
+// declared, otherwise the sum over its blocks of a raw or RLE block's size
+// and 128 KiB per compressed block. It walks the block headers without
+// decoding anything; malformed structure is ErrCorrupt.
+func zstdBound(src []byte) (uint64, error) {
+	var total uint64
+	for len(src) > 0 {
+		if len(src) < 4 {
+			return 0, fmt.Errorf("%w: zstd: %d trailing bytes", ErrCorrupt, len(src))
+		}
+		magic := binary.LittleEndian.Uint32(src)
+		if magic&zstdSkippableMask == zstdSkippableMagic {
+			if len(src) < 8 || uint64(binary.LittleEndian.Uint32(src[4:])) > uint64(len(src)-8) {
+				return 0, fmt.Errorf("%w: zstd: truncated skippable frame", ErrCorrupt)
+			}
+			src = src[8+binary.LittleEndian.Uint32(src[4:]):]
+			continue
+		}
+		if magic != zstdMagic {
+			return 0, fmt.Errorf("%w: zstd: bad magic %#08x", ErrCorrupt, magic)
+		}
+		if len(src) < 5 {
+			return 0, fmt.Errorf("%w: zstd: truncated frame header", ErrCorrupt)
+		}
+		fhd := src[4]
+		src = src[5:]
+		single := fhd&0x20 != 0
+		skip := [4]int{0, 1, 2, 4}[fhd&3] // dictionary id
+		if !single {
+			skip++ // window descriptor
+		}
+		fcsLen := [4]int{0, 2, 4, 8}[fhd>>6]
+		if fcsLen == 0 && single {
+			fcsLen = 1
+		}
+		if len(src) < skip+fcsLen {
+			return 0, fmt.Errorf("%w: zstd: truncated frame header", ErrCorrupt)
+		}
+		fcs := uint64(math.MaxUint64)
+		switch b := src[skip : skip+fcsLen]; fcsLen {
+		case 1:
+			fcs = uint64(b[0])
+		case 2:
+			fcs = uint64(binary.LittleEndian.Uint16(b)) + 256
+		case 4:
+			fcs = uint64(binary.LittleEndian.Uint32(b))
+		case 8:
+			fcs = binary.LittleEndian.Uint64(b)
+		}
+		src = src[skip+fcsLen:]
+		var frame uint64
+		for last := false; !last; {
+			if len(src) < 3 {
+				return 0, fmt.Errorf("%w: zstd: truncated block header", ErrCorrupt)
+			}
+			bh := uint32(src[0]) | uint32(src[1])<<8 | uint32(src[2])<<16
+			src = src[3:]
+			last = bh&1 != 0
+			size := int(bh >> 3)
+			stored := size // bytes of input the block takes
+			switch bh >> 1 & 3 {
+			case 0: // raw
+				frame += uint64(size)
+			case 1: // RLE
+				frame += uint64(size)
+				stored = 1
+			case 2: // compressed
+				frame += zstdMaxBlock
+			default:
+				return 0, fmt.Errorf("%w: zstd: reserved block type", ErrCorrupt)
+			}
+			if len(src) < stored {
+				return 0, fmt.Errorf("%w: zstd: truncated block", ErrCorrupt)
+			}
+			src = src[stored:]
+		}
+		if fhd&0x04 != 0 { // content checksum
+			if len(src) < 4 {
+				return 0, fmt.Errorf("%w: zstd: truncated checksum", ErrCorrupt)
+			}
+			src = src[4:]
+		}
+		total += min(frame, fcs) // no overflow: frame <= 2^21 * len(src)
+	}
+	return total, nil
+}
+
 // unzstd appends the decompression of the zstd frames in src to dst.
-// klauspost's DecodeAll enforces the limit while decoding: it rejects a
-// declared content size over the limit before allocating, and otherwise
-// checks the output after every block (at most 128 KiB).
+//
+// zstdBound tells from the frame and block headers how much output src can
+// make at most. The decoder runs with klauspost's cap limit, under which
+// DecodeAll never writes past the capacity of the slice it is given: unzstd
+// gives it dst's spare capacity, grown if need be to that bound, but never
+// beyond the limit (plus zstdSlack). So output is bounded while decoding,
+// and a bomb allocates the limit, not its output. When the bound is over
+// the limit and decoding fails, the frame is reported ErrTooLarge (it may
+// be corrupt as well).
 func (l *Local) unzstd(dst, src []byte) ([]byte, error) {
+	bound, err := zstdBound(src)
+	if err != nil {
+		return dst, err
+	}
 	if l.zd == nil {
 		d, err := zstd.NewReader(nil,
 			zstd.WithDecoderConcurrency(1), // synchronous DecodeAll, no goroutines
-			zstd.WithDecoderMaxMemory(uint64(l.MaxDecompressedSize())),
+			zstd.WithDecodeAllCapLimit(true),
+			zstd.WithDecoderMaxWindow(zstdMaxWindow),
 		)
 		if err != nil {
 			return dst, fmt.Errorf("compression: zstd decoder: %w", err)
 		}
 		l.zd = d
 	}
-	out, err := l.zd.DecodeAll(src, dst)
+	room := l.MaxDecompressedSize()
+	want := int(min(bound, uint64(room))) + zstdSlack
+	dst = grow(dst, want, want)
+	w := dst[len(dst):len(dst):min(cap(dst), len(dst)+room+zstdSlack)]
+	out, err := l.zd.DecodeAll(src, w)
 	switch {
 	case err == nil:
-		return out, nil
-	case errors.Is(err, zstd.ErrDecoderSizeExceeded), errors.Is(err, zstd.ErrWindowSizeExceeded):
-		return out, fmt.Errorf("%w: zstd: %w", l.tooLarge(Zstd), err)
+		if len(out) > room {
+			return dst, l.tooLarge(Zstd)
+		}
+		if len(out) > 0 && (cap(w) == 0 || &out[0] != &w[:1][0]) {
+			return append(dst, out...), nil // not expected: the cap limit keeps out in w
+		}
+		return dst[:len(dst)+len(out)], nil
+	case errors.Is(err, zstd.ErrWindowSizeExceeded):
+		return dst, fmt.Errorf("%w: zstd: window over %d bytes: %w", ErrUnsupported, zstdMaxWindow, err)
 	case errors.Is(err, zstd.ErrUnknownDictionary):
-		return out, fmt.Errorf("%w: zstd: %w", ErrUnsupported, err)
+		return dst, fmt.Errorf("%w: zstd: %w", ErrUnsupported, err)
+	case bound > uint64(room) && !errors.Is(err, zstd.ErrCRCMismatch):
+		return dst, fmt.Errorf("%w: zstd: %w", l.tooLarge(Zstd), err)
 	default:
-		return out, corrupt(Zstd, err)
+		return dst, corrupt(Zstd, err)
 	}
 }
 
