@@ -51,6 +51,12 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.truncateSegment(s, pos, newLEO); err != nil {
 		return l.fail(err)
 	}
+	if s.rollBase.IsZero() {
+		// A sealed segment opened from disk has no creation time: as for
+		// the active segment at Open, its age counts from now, instead of
+		// from year 1, which rolled it at the next append.
+		s.rollBase = l.now()
+	}
 	if err := l.syncDirIfDirty(); err != nil {
 		return l.fail(err)
 	}
