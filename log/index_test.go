@@ -300,7 +300,7 @@ func appendN(t *testing.T, l *Log, n int, ts0 int64) [][]byte {
 // batch as a separate copy.
 func readAllBatches(t *testing.T, l *Log) [][]byte {
 	t.Helper()
-	var out [][]byte
+	out := [][]byte{}
 	off := l.LogStartOffset()
 	for off < l.LogEndOffset() {
 		buf, err := l.Read(nil, off, ReadOptions{MaxBytes: 1500})
