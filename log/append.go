@@ -141,6 +141,11 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 		}
 		return info, err
 	}
+	if err := l.assignBatchEpochs(batches); err != nil {
+		l.producers.discard()
+		l.mu.Unlock()
+		return info, err
+	}
 	if err := l.maybeRoll(info); err != nil {
 		l.producers.discard()
 		l.mu.Unlock()

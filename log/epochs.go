@@ -176,3 +176,31 @@ func (l *Log) loadEpochs(start, end int64) error {
 	}
 	return l.truncateEpochsFromStart(start)
 }
+
+// assignBatchEpochs records the leader epochs that batches start, before
+// they are written. Callers hold l.mu.
+func (l *Log) assignBatchEpochs(batches []byte) error {
+	for rest := batches; len(rest) > 0; {
+		b, r, _ := SplitBatch(rest)
+		if err := l.assignEpoch(b.LeaderEpoch(), b.BaseOffset()); err != nil {
+			return l.fail(err)
+		}
+		rest = r
+	}
+	return nil
+}
+
+// BeginLeaderEpoch records that epoch starts at the log end offset, as a
+// new leader does before its first append so that EndOffsetForEpoch can
+// answer followers at once. Epochs not newer than the latest are ignored.
+func (l *Log) BeginLeaderEpoch(epoch int32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.failure(); err != nil {
+		return err
+	}
+	if err := l.assignEpoch(epoch, l.leo.Load()); err != nil {
+		return l.fail(err)
+	}
+	return nil
+}

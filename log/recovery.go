@@ -77,6 +77,9 @@ func (l *Log) load() error {
 		l.recoveryPt.Store(leo)
 		l.sync.durable = leo
 	}
+	if err := l.loadEpochs(l.logStart.Load(), leo); err != nil {
+		return err
+	}
 	if err := l.loadProducerState(leo); err != nil {
 		return err
 	}
