@@ -1,0 +1,219 @@
+package partitionstate_test
+
+import (
+	"container/list"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/replog/replog/partitionstate"
+)
+
+// fetchState is a Kafka-like per-partition fetch state.
+type fetchState struct {
+	FetchOffset int64
+	LeaderEpoch int32
+}
+
+// naiveMap is the baseline: a Go map of keys to elements of a
+// container/list, moving an entry by Remove + PushBack of a new element, as
+// Kafka's remove + put on a LinkedHashMap did.
+type naiveMap struct {
+	index map[TopicPartition]*list.Element
+	order *list.List
+}
+
+// naiveEntry is what a naiveMap's list elements hold.
+type naiveEntry struct {
+	key   TopicPartition
+	state fetchState
+}
+
+func newNaiveMap(keys []TopicPartition) *naiveMap {
+	m := &naiveMap{index: make(map[TopicPartition]*list.Element, len(keys)), order: list.New()}
+	for _, k := range keys {
+		m.updateAndMoveToEnd(k, fetchState{})
+	}
+	return m
+}
+
+func (m *naiveMap) moveToEnd(k TopicPartition) bool {
+	e, ok := m.index[k]
+	if !ok {
+		return false
+	}
+	m.index[k] = m.order.PushBack(m.order.Remove(e))
+	return true
+}
+
+func (m *naiveMap) updateAndMoveToEnd(k TopicPartition, s fetchState) {
+	if e, ok := m.index[k]; ok {
+		m.order.Remove(e)
+	}
+	m.index[k] = m.order.PushBack(naiveEntry{key: k, state: s})
+}
+
+func newPartitionState(keys []TopicPartition) *partitionstate.Map[TopicPartition, fetchState] {
+	m := partitionstate.New[TopicPartition, fetchState](len(keys))
+	for _, k := range keys {
+		m.UpdateAndMoveToEnd(k, fetchState{})
+	}
+	return m
+}
+
+// benchSizes are the numbers of entries the benchmarks run with.
+var benchSizes = []int{10, 1000, 100000}
+
+// benchKeys returns n partitions spread over topics of 16 partitions each,
+// and the order in which a benchmark moves them: a fixed pseudo-random
+// permutation, so moves hit entries all over the list rather than always
+// the first one.
+func benchKeys(n int) (keys, moves []TopicPartition) {
+	keys = make([]TopicPartition, n)
+	for i := range keys {
+		keys[i] = TopicPartition{Topic: fmt.Sprintf("topic-%04d", i/16), Partition: int32(i % 16)}
+	}
+	moves = append([]TopicPartition(nil), keys...)
+	rng := rand.New(rand.NewPCG(uint64(n), 4))
+	rng.Shuffle(len(moves), func(i, j int) { moves[i], moves[j] = moves[j], moves[i] })
+	return keys, moves
+}
+
+// pair is what a benchmark compares: for each implementation, a setup that
+// builds a map and returns a function performing count operations on it.
+type pair struct {
+	naive, partitionstate func() (run func(count int))
+}
+
+// runPair runs impl=naive and impl=partitionstate under b. The latter also
+// reports naive/partitionstate, the ratio of the naive time per operation
+// to its own, measured in alternating short blocks so that a change in the
+// machine's load hits both sides alike; the figure is the median over the
+// blocks.
+func runPair(b *testing.B, p pair) {
+	b.Run("impl=naive", func(b *testing.B) {
+		run := p.naive()
+		b.ReportAllocs()
+		b.ResetTimer()
+		run(b.N)
+	})
+	b.Run("impl=partitionstate", func(b *testing.B) {
+		run := p.partitionstate()
+		b.ReportAllocs()
+		b.ResetTimer()
+		run(b.N)
+		b.StopTimer()
+		b.ReportMetric(interleavedRatio(p.naive(), run), "naive/partitionstate")
+	})
+}
+
+// interleavedRatio times blocks of operations of base and of subject in
+// turn and returns the median of base's time over subject's.
+func interleavedRatio(base, subject func(count int)) float64 {
+	const rounds, block = 15, 2000
+	timeBlock := func(run func(int)) time.Duration {
+		start := time.Now()
+		run(block)
+		return time.Since(start)
+	}
+	ratios := make([]float64, rounds)
+	for r := range ratios {
+		var tb, ts time.Duration
+		if r%2 == 0 {
+			tb = timeBlock(base)
+			ts = timeBlock(subject)
+		} else {
+			ts = timeBlock(subject)
+			tb = timeBlock(base)
+		}
+		ratios[r] = float64(tb) / float64(max(ts, 1))
+	}
+	slices.Sort(ratios)
+	return ratios[rounds/2]
+}
+
+// BenchmarkMoveToEnd moves existing entries to the end, keeping their
+// values.
+func BenchmarkMoveToEnd(b *testing.B) {
+	for _, n := range benchSizes {
+		keys, moves := benchKeys(n)
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			runPair(b, pair{
+				naive: func() func(int) {
+					m := newNaiveMap(keys)
+					i := 0
+					return func(count int) {
+						for range count {
+							if !m.moveToEnd(moves[i]) {
+								b.Fatal("key missing")
+							}
+							if i++; i == len(moves) {
+								i = 0
+							}
+						}
+					}
+				},
+				partitionstate: func() func(int) {
+					m := newPartitionState(keys)
+					i := 0
+					return func(count int) {
+						for range count {
+							if !m.MoveToEnd(moves[i]) {
+								b.Fatal("key missing")
+							}
+							if i++; i == len(moves) {
+								i = 0
+							}
+						}
+					}
+				},
+			})
+		})
+	}
+}
+
+// BenchmarkUpdateAndMoveToEnd gives existing entries a new value and moves
+// them to the end, as a fetcher does for a partition that returned data.
+func BenchmarkUpdateAndMoveToEnd(b *testing.B) {
+	for _, n := range benchSizes {
+		keys, moves := benchKeys(n)
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			runPair(b, pair{
+				naive: func() func(int) {
+					m := newNaiveMap(keys)
+					i, offset := 0, int64(0)
+					return func(count int) {
+						for range count {
+							offset++
+							m.updateAndMoveToEnd(moves[i], fetchState{FetchOffset: offset, LeaderEpoch: 1})
+							if i++; i == len(moves) {
+								i = 0
+							}
+						}
+						if m.order.Len() != n {
+							b.Fatalf("naive map has %d entries, want %d", m.order.Len(), n)
+						}
+					}
+				},
+				partitionstate: func() func(int) {
+					m := newPartitionState(keys)
+					i, offset := 0, int64(0)
+					return func(count int) {
+						for range count {
+							offset++
+							m.UpdateAndMoveToEnd(moves[i], fetchState{FetchOffset: offset, LeaderEpoch: 1})
+							if i++; i == len(moves) {
+								i = 0
+							}
+						}
+						if m.Len() != n {
+							b.Fatalf("map has %d entries, want %d", m.Len(), n)
+						}
+					}
+				},
+			})
+		})
+	}
+}
