@@ -21,12 +21,12 @@
 // Every single-key operation is O(1). Moving an entry re-links its node.
 // Removing an entry clears its node's links, key and value, so the node keeps
 // nothing alive, and keeps the node on a free list for the next insertion.
-// Moves, updates, lookups, removals and iterations allocate nothing; an
-// insertion allocates a node only when the free list is empty, that is while
-// the map grows past the largest number of entries it has held. The memory a
-// Map keeps is therefore bounded by that largest size; let the Map go to
-// release it. (Small one-time allocations: the first iteration, and the first
-// Replace, of a map.)
+// Moves, updates, lookups, removals and range loops over All, Keys or Values
+// allocate nothing; an insertion allocates a node only when the free list is
+// empty, that is while the map grows past the largest number of entries it
+// has held. The memory a Map keeps is therefore bounded by that largest size;
+// let the Map go to release it. A map's first iteration and first Replace
+// each make one small allocation that the map keeps.
 //
 // # Concurrency
 //
