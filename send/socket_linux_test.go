@@ -4,6 +4,8 @@ package send_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -129,4 +131,41 @@ func appendInt(p []byte, n int) []byte {
 		p = appendInt(p, n/10)
 	}
 	return append(p, byte('0'+n%10))
+}
+
+func TestWriteToFile(t *testing.T) {
+	f, data := tempFile(t, 1<<20, 18)
+	tests := []struct {
+		name     string
+		flag     int
+		sendfile int64 // sendfile calls
+		preads   int64
+	}{
+		// sendfile to a regular file works.
+		{"regular", os.O_WRONLY | os.O_CREATE | os.O_TRUNC, 1, 0},
+		// The kernel refuses sendfile to an O_APPEND file (EINVAL): the
+		// region is read and written with writev instead.
+		{"append-refuses-sendfile", os.O_WRONLY | os.O_CREATE | os.O_APPEND, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "out")
+			out, err := os.OpenFile(path, tt.flag, 0o600)
+			require.NoError(t, err)
+			defer out.Close()
+			var b send.Builder
+			b.AddBytes([]byte("head"))
+			require.NoError(t, b.AddFile(f, 1000, 512<<10))
+			b.AddBytes([]byte("tail"))
+			n, err := b.WriteTo(out)
+			require.NoError(t, err)
+			want := concat([]byte("head"), data[1000:1000+512<<10], []byte("tail"))
+			assert.Equal(t, int64(len(want)), n)
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(want, got))
+			assert.Equal(t, tt.sendfile, b.Stats().Sendfile)
+			assert.Equal(t, tt.preads, b.Stats().Pread)
+		})
+	}
 }
