@@ -65,6 +65,12 @@ func (l *Log) load() error {
 		return err
 	}
 	segs = l.segments()
+	if end := segs[len(segs)-1].next.Load(); logStart > end {
+		if err := l.restartEmptyAt(logStart, end); err != nil {
+			return err
+		}
+		segs = l.segments()
+	}
 	act := segs[len(segs)-1]
 	act.rollBase = l.now()
 	l.setJitter(act)
@@ -87,6 +93,41 @@ func (l *Log) load() error {
 		return err
 	}
 	return fs.SyncDir(l.dir)
+}
+
+// restartEmptyAt replaces every segment with an empty one at logStart. It
+// runs when the checkpointed log start offset lies past the recovered log
+// end (the start was moved, by DeleteRecordsBefore or a follower, past
+// data that was never fsynced and is now lost): as Kafka's LogLoader
+// does, the log restarts empty at its start instead of handing out again
+// offsets below it.
+func (l *Log) restartEmptyAt(logStart, end int64) error {
+	l.opts.Logger.Warn("replog/log: log end below the log start offset; restarting empty at the log start",
+		"dir", l.dir, "logEnd", end, "logStart", logStart)
+	for _, s := range l.segments() {
+		if err := s.close(); err != nil {
+			return err
+		}
+		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+			if err := l.opts.FS.Remove(s.path(suffix)); err != nil && !os.IsNotExist(err) {
+				return err
+			}
+		}
+	}
+	s, err := createSegment(l.seg, logStart, l.now())
+	if err != nil {
+		return err
+	}
+	l.setSegments([]*segment{s})
+	if err := l.opts.FS.SyncDir(l.dir); err != nil {
+		return err
+	}
+	if err := writeOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile), logStart); err != nil {
+		return err
+	}
+	l.recoveryPt.Store(logStart)
+	l.sync.durable = logStart
+	return nil
 }
 
 // cleanDirectory removes temporary and deleted files and index files
@@ -174,9 +215,14 @@ func (l *Log) recover(rp int64) error {
 	for i := first; i < len(segs); i++ {
 		s := segs[i]
 		l.stats.recoveredSegments++
-		if i > first && s.base < segs[i-1].next.Load() {
+		// A segment past the recovery point must start where the previous
+		// one ends: a gap means that the previous segment lost its unsynced
+		// tail at a batch boundary while the next segment's entry survived
+		// (gaps made on purpose by follower appends are moved below the
+		// recovery point first; see makeGapDurable).
+		if i > first && s.base != segs[i-1].next.Load() {
 			return l.truncateRecovered(segs, first, i-1, segs[i-1].size.Load(),
-				fmt.Errorf("%w: segment %d overlaps the previous one", ErrCorrupt, s.base))
+				fmt.Errorf("%w: segment %d does not continue the previous one, which ends at %d", ErrCorrupt, s.base, segs[i-1].next.Load()))
 		}
 		res := s.rebuild(l.opts.MaxBatchBytes)
 		if res.invalid != nil {
