@@ -1,0 +1,86 @@
+package replication
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Acks is how much replication a produce waits for, as Kafka's acks.
+type Acks int8
+
+// Acks values.
+const (
+	AcksNone   Acks = 0  // return once appended; the client does not wait (Kafka acks=0)
+	AcksLeader Acks = 1  // return once appended on the leader
+	AcksAll    Acks = -1 // return once the high watermark passed the batch
+)
+
+// Config configures a Node or Replicator. Zero fields get defaults.
+type Config struct {
+	// ReplicaID is this node's id (required, >= 0).
+	ReplicaID int32
+	// ClusterID is carried in every request; requests from another
+	// cluster are refused.
+	ClusterID string
+	// MinInsyncReplicas: acks=all produces fail with ErrNotEnoughReplicas
+	// when fewer replicas are in sync, and the high watermark does not
+	// advance then (default 1).
+	MinInsyncReplicas int
+	// ReplicaLagTime drops a follower from the ISR when it has not caught
+	// up with the leader's log end for this long (default 30 s).
+	ReplicaLagTime time.Duration
+	// RelaxedDurability counts unsynced data toward the high watermark, as
+	// Kafka does by default. By default (false) the leader and followers
+	// fsync before their data counts, so an acks=all record survives the
+	// power loss of all but one in-sync replica.
+	RelaxedDurability bool
+	// FetchMaxBytes bounds a follower's fetch response (default 8 MiB).
+	FetchMaxBytes int32
+	// FetchMaxWait is the leader's long-poll time for empty fetches
+	// (default 500 ms).
+	FetchMaxWait time.Duration
+	// FetchBackoff is how long a follower waits after a fetch error
+	// (default 100 ms).
+	FetchBackoff time.Duration
+	// OnISRChange is called (with the partition lock held: keep it short)
+	// when the leader wants to change a partition's ISR; the change is
+	// applied only if it returns nil. Applications persist the ISR here,
+	// as Kafka's controller does.
+	OnISRChange func(tp TopicPartition, leaderEpoch int32, isr []int32) error
+	// Logger receives warnings; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.ReplicaID < 0 {
+		return c, fmt.Errorf("replication: negative ReplicaID %d", c.ReplicaID)
+	}
+	if c.MinInsyncReplicas == 0 {
+		c.MinInsyncReplicas = 1
+	}
+	if c.ReplicaLagTime == 0 {
+		c.ReplicaLagTime = 30 * time.Second
+	}
+	if c.FetchMaxBytes == 0 {
+		c.FetchMaxBytes = 8 << 20
+	}
+	if c.FetchMaxWait == 0 {
+		c.FetchMaxWait = 500 * time.Millisecond
+	}
+	if c.FetchBackoff == 0 {
+		c.FetchBackoff = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MinInsyncReplicas < 1 || c.ReplicaLagTime < 0 || c.FetchMaxBytes < 0 || c.FetchMaxWait < 0 || c.FetchBackoff < 0 {
+		return c, fmt.Errorf("replication: invalid config")
+	}
+	return c, nil
+}

@@ -1,0 +1,158 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/replog/replog/log"
+)
+
+// handleFetchPartition answers one partition of a follower's fetch on the
+// leader: fencing, divergence, follower tracking, ISR expansion, high
+// watermark, and the records (as a file region). budget is what is left
+// of the request's MaxBytes; it returns the bytes used. Any ISR change is
+// reported through the node's ISR callback.
+func (n *Node) handleFetchPartition(req *FetchRequest, fp FetchPartition, budget int64, now time.Time) (FetchPartitionResponse, int64) {
+	resp := FetchPartitionResponse{TopicPartition: fp.TopicPartition, HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1}
+	p := n.partition(fp.TopicPartition)
+	if p == nil {
+		resp.Error = CodeUnknownPartition
+		return resp, 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.log
+	resp.HighWatermark, resp.LogStartOffset, resp.LogEndOffset = l.HighWatermark(), l.LogStartOffset(), l.LogEndOffset()
+	switch {
+	case p.role != roleLeader:
+		resp.Error = CodeNotLeader
+		return resp, 0
+	case fp.CurrentLeaderEpoch < p.epoch:
+		resp.Error = CodeFencedLeaderEpoch
+		return resp, 0
+	case fp.CurrentLeaderEpoch > p.epoch:
+		resp.Error = CodeUnknownLeaderEpoch
+		return resp, 0
+	case !slices.Contains(p.replicas, req.ReplicaID) || req.ReplicaID == n.id:
+		resp.Error = CodeNotReplica
+		return resp, 0
+	}
+	if fp.LastFetchedEpoch != log.NoLeaderEpoch {
+		e, end := l.EndOffsetForEpoch(fp.LastFetchedEpoch)
+		if e < fp.LastFetchedEpoch || end < fp.FetchOffset {
+			resp.Diverging = &EpochEndOffset{Epoch: e, EndOffset: end}
+			return resp, 0
+		}
+	}
+	if fp.FetchOffset < resp.LogStartOffset || fp.FetchOffset > resp.LogEndOffset {
+		resp.Error = CodeOffsetOutOfRange
+		return resp, 0
+	}
+	n.trackFollower(p, req.ReplicaID, fp.FetchOffset, now)
+	resp.HighWatermark = l.HighWatermark()
+	if budget <= 0 || fp.FetchOffset == resp.LogEndOffset {
+		return resp, 0
+	}
+	region, err := l.ReadRegion(fp.FetchOffset, log.ReadOptions{MaxBytes: int(budget)})
+	if err != nil {
+		resp.Error = CodeStorage
+		n.logger.Warn("replication: read for fetch failed", "partition", p.tp, "err", err)
+		return resp, 0
+	}
+	resp.Region = region
+	return resp, region.Length
+}
+
+// trackFollower records a follower's fetch offset, then expands the ISR
+// and advances the high watermark as it allows. Callers hold p.mu.
+func (n *Node) trackFollower(p *partition, id int32, fetchOffset int64, now time.Time) {
+	rs := p.followers[id]
+	leo := p.log.LogEndOffset()
+	switch {
+	case fetchOffset >= leo:
+		rs.lastCaughtUp = now
+	case fetchOffset >= rs.lastFetchLeaderLEO && !rs.lastFetchTime.IsZero():
+		rs.lastCaughtUp = rs.lastFetchTime
+	}
+	rs.leo = fetchOffset
+	rs.lastFetchLeaderLEO, rs.lastFetchTime = leo, now
+	if !p.inISR(id) && fetchOffset >= p.log.HighWatermark() && fetchOffset >= p.epochStart {
+		isr := append(slices.Clone(p.isr), id)
+		slices.Sort(isr)
+		n.changeISR(p, isr)
+	}
+	n.maybeAdvanceHW(p)
+}
+
+// maybeAdvanceHW moves the high watermark to min(log end) over the ISR,
+// never backwards, and not while the ISR is smaller than MinInsyncReplicas.
+// Callers hold p.mu.
+func (n *Node) maybeAdvanceHW(p *partition) {
+	if len(p.isr) < n.cfg.MinInsyncReplicas {
+		return
+	}
+	hw := p.candidateHW(!n.cfg.RelaxedDurability)
+	if hw > p.log.HighWatermark() {
+		p.log.SetHighWatermark(hw)
+	}
+}
+
+// changeISR asks the application (OnISRChange) to persist a new ISR and
+// applies it once accepted. Callers hold p.mu.
+func (n *Node) changeISR(p *partition, isr []int32) {
+	if cb := n.cfg.OnISRChange; cb != nil {
+		if err := cb(p.tp, p.epoch, slices.Clone(isr)); err != nil {
+			n.logger.Warn("replication: ISR change refused", "partition", p.tp, "isr", isr, "err", err)
+			return
+		}
+	}
+	p.isr = isr
+	n.stats.isrChanges.Add(1)
+}
+
+// shrinkISR drops followers that have not caught up within LagTime.
+// Callers hold p.mu.
+func (n *Node) shrinkISR(p *partition, now time.Time) {
+	isr := p.isr[:0:0]
+	for _, id := range p.isr {
+		rs := p.followers[id]
+		if rs != nil && now.Sub(rs.lastCaughtUp) > n.cfg.ReplicaLagTime {
+			continue
+		}
+		isr = append(isr, id)
+	}
+	if len(isr) != len(p.isr) {
+		n.changeISR(p, isr)
+		n.maybeAdvanceHW(p)
+	}
+}
+
+// appendAsLeader appends a producer's batches; for acks=all it first
+// checks the ISR size. It returns the append and whether the caller must
+// wait for the high watermark.
+func (n *Node) appendAsLeader(tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, *partition, context.Context, error) {
+	p := n.partition(tp)
+	if p == nil {
+		return log.AppendInfo{}, nil, nil, fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.role != roleLeader {
+		return log.AppendInfo{}, nil, nil, fmt.Errorf("%w: %s", ErrNotLeader, tp)
+	}
+	if acks == AcksAll && len(p.isr) < n.cfg.MinInsyncReplicas {
+		return log.AppendInfo{}, nil, nil, fmt.Errorf("%w: %s has %d in sync, needs %d", ErrNotEnoughReplicas, tp, len(p.isr), n.cfg.MinInsyncReplicas)
+	}
+	info, err := p.log.AppendAsLeader(batches, p.epoch)
+	if err != nil {
+		if errors.Is(err, log.ErrSyncFailed) {
+			err = fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		return info, nil, nil, err
+	}
+	n.maybeAdvanceHW(p)
+	return info, p, p.leadCtx, nil
+}

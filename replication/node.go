@@ -1,0 +1,234 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/replog/replog/log"
+	"github.com/replog/replog/partitionstate"
+)
+
+// Node is the synchronous protocol core of one replica: the partitions it
+// hosts, their roles, the leader-side fetch handling and the
+// follower-side fetch state. It starts no goroutines and never blocks on
+// the network; time is passed in. Replicator wraps it with goroutines and
+// a Transport; tests drive it step by step for seeded simulations.
+//
+// A Node is safe for concurrent use.
+type Node struct {
+	id     int32
+	cfg    Config
+	logger *slog.Logger
+
+	mu       sync.RWMutex
+	parts    map[TopicPartition]*partition
+	fetchers map[int32]*partitionstate.Map[TopicPartition, *partition] // by leader id
+
+	stats nodeCounters
+}
+
+type nodeCounters struct {
+	isrChanges, fetches, fetchedBytes, truncations atomic.Int64
+}
+
+// NewNode returns a node with no partitions.
+func NewNode(cfg Config) (*Node, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Node{id: c.ReplicaID, cfg: c, logger: c.Logger,
+		parts:    map[TopicPartition]*partition{},
+		fetchers: map[int32]*partitionstate.Map[TopicPartition, *partition]{}}, nil
+}
+
+// ID is the node's replica id.
+func (n *Node) ID() int32 { return n.id }
+
+func (n *Node) partition(tp TopicPartition) *partition {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.parts[tp]
+}
+
+// AddPartition hosts tp on this node, backed by l (which the application
+// opened and will close after RemovePartition). It has no role until
+// BecomeLeader or BecomeFollower.
+func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.parts[tp]; ok {
+		return fmt.Errorf("replication: partition %s already added", tp)
+	}
+	n.parts[tp] = &partition{tp: tp, log: l, epoch: log.NoLeaderEpoch, leader: -1}
+	return nil
+}
+
+// RemovePartition stops replicating tp and forgets it; its log is left
+// to the application.
+func (n *Node) RemovePartition(tp TopicPartition) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p := n.parts[tp]; p != nil {
+		p.mu.Lock()
+		p.endLeadership()
+		p.role = roleNone
+		p.mu.Unlock()
+		n.unfollowLocked(p)
+		delete(n.parts, tp)
+	}
+}
+
+// Log returns the log of a hosted partition.
+func (n *Node) Log(tp TopicPartition) (*log.Log, bool) {
+	p := n.partition(tp)
+	if p == nil {
+		return nil, false
+	}
+	return p.log, true
+}
+
+// BecomeLeader makes this node the leader of tp at epoch, with the given
+// replica set (including this node) and ISR. Followers are expected to
+// fetch; until they do, the high watermark waits for the ISR members. A
+// stale epoch returns ErrStaleEpoch.
+func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int32, now time.Time) error {
+	p := n.partition(tp)
+	if p == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
+	}
+	n.mu.Lock()
+	n.unfollowLocked(p)
+	n.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if epoch < p.epoch || (epoch == p.epoch && p.role != roleLeader && p.role != roleNone) {
+		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
+	}
+	if err := p.log.BeginLeaderEpoch(epoch); err != nil {
+		return fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	p.endLeadership()
+	p.leadCtx, p.leadCancel = context.WithCancel(context.Background())
+	p.role, p.epoch, p.leader = roleLeader, epoch, n.id
+	p.replicas, p.isr = slices.Clone(replicas), slices.Clone(isr)
+	slices.Sort(p.isr)
+	p.followers = map[int32]*replicaState{}
+	for _, id := range replicas {
+		if id != n.id {
+			p.followers[id] = &replicaState{leo: -1, lastCaughtUp: now, lastFetchLeaderLEO: -1}
+		}
+	}
+	p.epochStart = p.log.LogEndOffset()
+	n.maybeAdvanceHW(p)
+	return nil
+}
+
+// BecomeFollower makes this node a follower of tp, whose leader is node
+// leader at epoch. Its log is reconciled with the leader's on the next
+// fetch (divergence is detected by epoch and truncated). A stale epoch
+// returns ErrStaleEpoch.
+func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
+	p := n.partition(tp)
+	if p == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
+	}
+	p.mu.Lock()
+	if epoch < p.epoch || (epoch == p.epoch && p.role == roleLeader) {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
+	}
+	p.endLeadership()
+	p.role, p.epoch, p.leader = roleFollower, epoch, leader
+	p.followers, p.isr, p.replicas = nil, nil, nil
+	p.backoffUntil = time.Time{}
+	p.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.unfollowLocked(p)
+	f := n.fetchers[leader]
+	if f == nil {
+		f = partitionstate.New[TopicPartition, *partition](16)
+		n.fetchers[leader] = f
+	}
+	f.UpdateAndMoveToEnd(tp, p)
+	return nil
+}
+
+// StopPartition drops tp's role (it neither leads nor follows) while
+// keeping it hosted.
+func (n *Node) StopPartition(tp TopicPartition) {
+	p := n.partition(tp)
+	if p == nil {
+		return
+	}
+	n.mu.Lock()
+	n.unfollowLocked(p)
+	n.mu.Unlock()
+	p.mu.Lock()
+	p.endLeadership()
+	p.role, p.followers = roleNone, nil
+	p.mu.Unlock()
+}
+
+// unfollowLocked removes p from every fetcher. Callers hold n.mu.
+func (n *Node) unfollowLocked(p *partition) {
+	for leader, f := range n.fetchers {
+		if f.Remove(p.tp) && f.Len() == 0 {
+			delete(n.fetchers, leader)
+		}
+	}
+}
+
+// Leaders returns the ids of the leaders this node fetches from.
+func (n *Node) Leaders() []int32 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	ids := make([]int32, 0, len(n.fetchers))
+	for id := range n.fetchers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// HandleFetch answers a follower's fetch on the leader side without
+// waiting: records are returned as file regions (see
+// FetchResponse.Materialize).
+func (n *Node) HandleFetch(req *FetchRequest, now time.Time) (*FetchResponse, error) {
+	if req.ClusterID != n.cfg.ClusterID {
+		return nil, fmt.Errorf("%w: %q, this node is in %q", ErrClusterMismatch, req.ClusterID, n.cfg.ClusterID)
+	}
+	n.stats.fetches.Add(1)
+	resp := &FetchResponse{Partitions: make([]FetchPartitionResponse, 0, len(req.Partitions))}
+	budget := int64(req.MaxBytes)
+	for _, fp := range req.Partitions {
+		pr, used := n.handleFetchPartition(req, fp, budget, now)
+		budget -= used
+		resp.Partitions = append(resp.Partitions, pr)
+	}
+	return resp, nil
+}
+
+// Tick runs the time-based work: ISR shrinking on the partitions this
+// node leads.
+func (n *Node) Tick(now time.Time) {
+	n.mu.RLock()
+	parts := make([]*partition, 0, len(n.parts))
+	for _, p := range n.parts {
+		parts = append(parts, p)
+	}
+	n.mu.RUnlock()
+	for _, p := range parts {
+		p.mu.Lock()
+		if p.role == roleLeader {
+			n.shrinkISR(p, now)
+		}
+		p.mu.Unlock()
+	}
+}

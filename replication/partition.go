@@ -1,0 +1,87 @@
+package replication
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/replog/replog/log"
+)
+
+type role uint8
+
+const (
+	roleNone role = iota
+	roleLeader
+	roleFollower
+)
+
+// replicaState is what a leader knows of one follower.
+type replicaState struct {
+	leo                int64 // the follower's log end offset (its last fetch offset); -1 unknown
+	lastCaughtUp       time.Time
+	lastFetchLeaderLEO int64
+	lastFetchTime      time.Time
+}
+
+// partition is one replicated partition on this node. Its mutex guards
+// the role state; the log has its own locking.
+type partition struct {
+	tp  TopicPartition
+	log *log.Log
+
+	mu     sync.Mutex
+	role   role
+	epoch  int32
+	leader int32 // current leader id (self when leading), -1 unknown
+
+	// leader state
+	replicas   []int32
+	isr        []int32
+	followers  map[int32]*replicaState
+	epochStart int64 // log end offset when this node became leader
+	// leadCtx is canceled when this node stops leading at this epoch, to
+	// release acks=all waiters.
+	leadCtx    context.Context
+	leadCancel context.CancelFunc
+
+	// follower state
+	backoffUntil time.Time
+	fetchedBytes int64
+}
+
+// endLeadership cancels the current leadership, if any. Callers hold p.mu.
+func (p *partition) endLeadership() {
+	if p.leadCancel != nil {
+		p.leadCancel()
+		p.leadCtx, p.leadCancel = nil, nil
+	}
+}
+
+func (p *partition) inISR(id int32) bool { return slices.Contains(p.isr, id) }
+
+// leaderEnd is the leader's own contribution to the high watermark: its
+// durable offset when acks must be durable, else its log end offset.
+func (p *partition) leaderEnd(durable bool) int64 {
+	if durable {
+		return p.log.DurableOffset()
+	}
+	return p.log.LogEndOffset()
+}
+
+// candidateHW is min(log end) over the ISR. Callers hold p.mu.
+func (p *partition) candidateHW(durable bool) int64 {
+	hw := p.leaderEnd(durable)
+	for _, id := range p.isr {
+		rs := p.followers[id]
+		if rs == nil {
+			continue // self
+		}
+		if rs.leo < 0 {
+			return -1
+		}
+		hw = min(hw, rs.leo)
+	}
+	return hw
+}

@@ -1,0 +1,287 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/replog/replog/log"
+)
+
+// Replicator runs a Node for real: one fetcher goroutine per leader this
+// node follows, a ticker that shrinks ISRs, long-polled fetch handling
+// for followers, and produce with acks 0, 1 or all. See the package
+// documentation for the contract with the application.
+//
+// A Replicator is safe for concurrent use. Close stops and waits for every
+// goroutine it started.
+type Replicator struct {
+	node      *Node
+	cfg       Config
+	transport Transport
+
+	mu     sync.Mutex
+	loops  map[int32]chan struct{} // leader id -> kick channel of its fetcher
+	closed bool
+
+	newData waitBroadcast
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a Replicator for node cfg.ReplicaID that fetches through t.
+func New(cfg Config, t Transport) (*Replicator, error) {
+	node, err := NewNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Replicator{node: node, cfg: node.cfg, transport: t, loops: map[int32]chan struct{}{}, ctx: ctx, cancel: cancel}
+	r.wg.Add(1)
+	go r.tickLoop()
+	return r, nil
+}
+
+// Node returns the protocol core, for inspection.
+func (r *Replicator) Node() *Node { return r.node }
+
+// AddPartition hosts tp, backed by l (see Node.AddPartition).
+func (r *Replicator) AddPartition(tp TopicPartition, l *log.Log) error {
+	return r.node.AddPartition(tp, l)
+}
+
+// RemovePartition stops replicating tp and forgets it.
+func (r *Replicator) RemovePartition(tp TopicPartition) { r.node.RemovePartition(tp) }
+
+// BecomeLeader makes this node the leader of tp (see Node.BecomeLeader).
+func (r *Replicator) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int32) error {
+	if err := r.node.BecomeLeader(tp, epoch, replicas, isr, r.cfg.Now()); err != nil {
+		return err
+	}
+	r.newData.wake()
+	return nil
+}
+
+// BecomeFollower makes this node follow leader for tp and starts a
+// fetcher for that leader if there is none.
+func (r *Replicator) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
+	if err := r.node.BecomeFollower(tp, epoch, leader); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	if kick, ok := r.loops[leader]; ok {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	kick := make(chan struct{}, 1)
+	r.loops[leader] = kick
+	r.wg.Add(1)
+	go r.fetchLoop(leader, kick)
+	return nil
+}
+
+// StopPartition drops tp's role while keeping it hosted.
+func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp) }
+
+// Produce appends batches to tp as its leader. With AcksNone or
+// AcksLeader it returns once appended. With AcksAll it fails at once with
+// ErrNotEnoughReplicas when the ISR is below MinInsyncReplicas, else
+// returns once the high watermark passed the batches (they are then on
+// every in-sync replica, fsynced unless RelaxedDurability), with
+// ErrNotLeader if leadership is lost first, or ctx's error. Retries of an
+// idempotent producer's batches return the original offsets.
+func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, error) {
+	info, p, leadCtx, err := r.node.appendAsLeader(tp, batches, acks)
+	if err != nil {
+		return info, err
+	}
+	r.newData.wake()
+	if acks != AcksAll {
+		return info, nil
+	}
+	if !r.cfg.RelaxedDurability {
+		if err := p.log.Sync(); err != nil {
+			return info, fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		p.mu.Lock()
+		r.node.maybeAdvanceHW(p)
+		p.mu.Unlock()
+	}
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(leadCtx, cancel)
+	defer stop()
+	err = p.log.WaitForData(waitCtx, info.LastOffset, true)
+	if err != nil && ctx.Err() == nil && leadCtx.Err() != nil {
+		return info, fmt.Errorf("%w: %s: leadership changed before the high watermark passed offset %d", ErrNotLeader, tp, info.LastOffset)
+	}
+	return info, err
+}
+
+// HandleFetch serves a follower's fetch (FetchHandler), holding it up to
+// MaxWaitMs while there is nothing to send.
+func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+	deadline := time.Now().Add(time.Duration(req.MaxWaitMs) * time.Millisecond)
+	for {
+		ch := r.newData.channel()
+		resp, err := r.node.HandleFetch(req, r.cfg.Now())
+		if err != nil || hasNews(resp) {
+			return resp, err
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return resp, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ch:
+			t.Stop()
+		case <-t.C:
+			return resp, nil
+		case <-ctx.Done():
+			t.Stop()
+			return resp, nil
+		case <-r.ctx.Done():
+			t.Stop()
+			return nil, ErrClosed
+		}
+	}
+}
+
+// hasNews reports whether a response carries anything a follower acts on.
+func hasNews(resp *FetchResponse) bool {
+	for _, p := range resp.Partitions {
+		if p.Error != CodeNone || p.Diverging != nil || p.Region.Length > 0 || len(p.Records) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// fetchLoop is the fetcher of one leader: it fetches the partitions this
+// node follows there, in fair order, until none is left or Close.
+func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
+	defer r.wg.Done()
+	backoff := time.NewTimer(0)
+	defer backoff.Stop()
+	for {
+		req := r.node.BuildFetch(leader, r.cfg.Now())
+		if req == nil {
+			if r.retireLoop(leader) {
+				return
+			}
+			if !r.sleep(kick, r.cfg.FetchBackoff) {
+				return
+			}
+			continue
+		}
+		resp, err := r.transport.Fetch(r.ctx, leader, req)
+		if r.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			_, err = r.node.HandleFetchResponse(leader, req, resp, r.cfg.Now())
+		}
+		if err != nil {
+			if errors.Is(err, log.ErrSyncFailed) || errors.Is(err, log.ErrClosed) {
+				r.cfg.Logger.Error("replication: follower storage failed", "leader", leader, "err", err)
+			} else {
+				r.cfg.Logger.Warn("replication: fetch failed", "leader", leader, "err", err)
+			}
+			if !r.sleep(kick, r.cfg.FetchBackoff) {
+				return
+			}
+		}
+	}
+}
+
+// retireLoop ends a fetcher whose leader has no partitions left.
+func (r *Replicator) retireLoop(leader int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range r.node.Leaders() {
+		if id == leader {
+			return false
+		}
+	}
+	delete(r.loops, leader)
+	return true
+}
+
+// sleep waits for d, a kick or Close; it returns false on Close.
+func (r *Replicator) sleep(kick chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-kick:
+	case <-r.ctx.Done():
+		return false
+	}
+	return true
+}
+
+func (r *Replicator) tickLoop() {
+	defer r.wg.Done()
+	interval := min(max(r.cfg.ReplicaLagTime/4, 10*time.Millisecond), time.Second)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			r.node.Tick(r.cfg.Now())
+		case <-r.ctx.Done():
+			return
+		}
+	}
+}
+
+// Close stops every fetcher and the ticker and waits for them. It does
+// not close the partitions' logs, which belong to the application.
+func (r *Replicator) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.newData.wake()
+	r.wg.Wait()
+	return nil
+}
+
+// waitBroadcast wakes every waiter at once by closing a shared channel.
+type waitBroadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (w *waitBroadcast) channel() chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+	}
+	return w.ch
+}
+
+func (w *waitBroadcast) wake() {
+	w.mu.Lock()
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+	}
+	w.mu.Unlock()
+}

@@ -1,0 +1,75 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/log"
+)
+
+func batchOf(t testing.TB, n int, tag string) []byte {
+	t.Helper()
+	bb := log.NewBatchBuilder()
+	for i := 0; i < n; i++ {
+		bb.Add(time.Now().UnixMilli(), nil, []byte(fmt.Sprintf("%s-%d", tag, i)))
+	}
+	b, err := bb.Build(nil)
+	require.NoError(t, err)
+	return b
+}
+
+func TestThreeReplicasAcksAllInMemory(t *testing.T) {
+	net := NewMemNetwork(1)
+	tp := TopicPartition{Topic: "t", Partition: 0}
+	var reps []*Replicator
+	var logs []*log.Log
+	for id := int32(0); id < 3; id++ {
+		l, err := log.Open(t.TempDir(), log.Options{SegmentBytes: 64 << 10})
+		require.NoError(t, err)
+		logs = append(logs, l)
+		r, err := New(Config{ReplicaID: id, ClusterID: "c", MinInsyncReplicas: 2, FetchMaxWait: 50 * time.Millisecond}, net.Transport(id))
+		require.NoError(t, err)
+		net.Register(id, r)
+		require.NoError(t, r.AddPartition(tp, l))
+		reps = append(reps, r)
+	}
+	defer func() {
+		for i := range reps {
+			require.NoError(t, reps[i].Close())
+			require.NoError(t, logs[i].Close())
+		}
+	}()
+	require.NoError(t, reps[0].BecomeLeader(tp, 1, []int32{0, 1, 2}, []int32{0, 1, 2}))
+	require.NoError(t, reps[1].BecomeFollower(tp, 1, 0))
+	require.NoError(t, reps[2].BecomeFollower(tp, 1, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 0; i < 50; i++ {
+		info, err := reps[0].Produce(ctx, tp, batchOf(t, 5, fmt.Sprint(i)), AcksAll)
+		require.NoError(t, err)
+		require.Equal(t, int64(i*5), info.FirstOffset)
+		require.Greater(t, logs[0].HighWatermark(), info.LastOffset)
+	}
+	// Fail over to replica 1 at epoch 2.
+	require.NoError(t, reps[1].BecomeLeader(tp, 2, []int32{0, 1, 2}, []int32{1, 2}))
+	require.NoError(t, reps[2].BecomeFollower(tp, 2, 1))
+	require.NoError(t, reps[0].BecomeFollower(tp, 2, 1))
+	for i := 50; i < 80; i++ {
+		_, err := reps[1].Produce(ctx, tp, batchOf(t, 5, fmt.Sprint(i)), AcksAll)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		return logs[0].LogEndOffset() == 400 && logs[2].LogEndOffset() == 400
+	}, 10*time.Second, 10*time.Millisecond)
+	for _, l := range logs[1:] {
+		a, err := logs[0].Read(nil, 0, log.ReadOptions{MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		b, err := l.Read(nil, 0, log.ReadOptions{MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		require.Equal(t, a, b)
+	}
+}

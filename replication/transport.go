@@ -1,0 +1,18 @@
+package replication
+
+import "context"
+
+// Transport carries a follower's fetches to leaders. Implementations:
+// TCP (NewTCPTransport, with NewTCPServer on the leader side) and an
+// in-memory network with seeded fault injection for tests (NewMemNetwork).
+type Transport interface {
+	// Fetch sends req to node leader and returns its answer. It honours
+	// ctx; the leader may hold the request up to req.MaxWaitMs.
+	Fetch(ctx context.Context, leader int32, req *FetchRequest) (*FetchResponse, error)
+}
+
+// FetchHandler serves fetches on the leader side; Replicator implements
+// it. A TCP server or in-memory network calls it for each request.
+type FetchHandler interface {
+	HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error)
+}

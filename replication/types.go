@@ -1,0 +1,132 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/replog/replog/log"
+)
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
+
+// Errors returned by the Replicator, and carried in fetch responses as
+// ErrorCodes. Match them with errors.Is.
+var (
+	ErrNotLeader          = errors.New("replication: not the leader of the partition")
+	ErrFencedLeaderEpoch  = errors.New("replication: leader epoch is older than the current one")
+	ErrUnknownLeaderEpoch = errors.New("replication: leader epoch is newer than the current one")
+	ErrOffsetOutOfRange   = errors.New("replication: fetch offset out of range")
+	ErrUnknownPartition   = errors.New("replication: unknown partition")
+	ErrNotReplica         = errors.New("replication: not a replica of the partition")
+	ErrStorage            = errors.New("replication: storage error")
+	ErrNotEnoughReplicas  = errors.New("replication: fewer in-sync replicas than MinInsyncReplicas")
+	ErrStaleEpoch         = errors.New("replication: role change with an epoch older than the current one")
+	ErrClusterMismatch    = errors.New("replication: request from another cluster")
+	ErrClosed             = errors.New("replication: closed")
+)
+
+// ErrorCode is a partition error in a fetch response.
+type ErrorCode int16
+
+// Error codes; each maps to one of the sentinel errors.
+const (
+	CodeNone ErrorCode = iota
+	CodeNotLeader
+	CodeFencedLeaderEpoch
+	CodeUnknownLeaderEpoch
+	CodeOffsetOutOfRange
+	CodeUnknownPartition
+	CodeNotReplica
+	CodeStorage
+)
+
+var codeErrors = [...]error{nil, ErrNotLeader, ErrFencedLeaderEpoch, ErrUnknownLeaderEpoch,
+	ErrOffsetOutOfRange, ErrUnknownPartition, ErrNotReplica, ErrStorage}
+
+// Err returns the sentinel error for the code, or nil for CodeNone.
+func (c ErrorCode) Err() error {
+	if int(c) < len(codeErrors) && c >= 0 {
+		return codeErrors[c]
+	}
+	return fmt.Errorf("%w: unknown error code %d", ErrStorage, c)
+}
+
+// FetchRequest is what a follower sends its leader: for each partition it
+// follows there, where its log ends and the epoch of its last batch.
+type FetchRequest struct {
+	ClusterID string
+	ReplicaID int32
+	// MaxBytes bounds the records in the whole response (at least one
+	// batch is always returned for the first partition with data).
+	MaxBytes int32
+	// MaxWaitMs is how long the leader may hold the request when it has
+	// no data (long poll); 0 answers at once.
+	MaxWaitMs  int32
+	Partitions []FetchPartition
+}
+
+// FetchPartition is one partition of a FetchRequest.
+type FetchPartition struct {
+	TopicPartition
+	// CurrentLeaderEpoch is the epoch the follower knows; the leader
+	// fences older ones and refuses newer ones.
+	CurrentLeaderEpoch int32
+	// FetchOffset is the follower's log end offset.
+	FetchOffset int64
+	// LastFetchedEpoch is the epoch of the follower's last batch, or
+	// log.NoLeaderEpoch; the leader checks it for divergence.
+	LastFetchedEpoch int32
+}
+
+// EpochEndOffset is a diverging epoch: the largest epoch of the leader at
+// or below the follower's last fetched epoch, and where it ends.
+type EpochEndOffset struct {
+	Epoch     int32
+	EndOffset int64
+}
+
+// FetchResponse answers a FetchRequest, partition by partition in the
+// request's order.
+type FetchResponse struct {
+	Partitions []FetchPartitionResponse
+}
+
+// FetchPartitionResponse is one partition of a FetchResponse.
+type FetchPartitionResponse struct {
+	TopicPartition
+	Error          ErrorCode
+	HighWatermark  int64
+	LogStartOffset int64
+	LogEndOffset   int64
+	// Diverging is set when the follower's log diverges from the leader's:
+	// it must truncate (see the package documentation) before fetching on.
+	Diverging *EpochEndOffset
+	// Records are whole batches from FetchOffset on. On the leader side
+	// they may instead be described by Region (zero-copy, until sent).
+	Records []byte
+	Region  log.Region
+}
+
+// Materialize replaces every Region by its bytes, as an in-memory
+// transport does before handing the response to another node.
+func (r *FetchResponse) Materialize() error {
+	for i := range r.Partitions {
+		p := &r.Partitions[i]
+		if p.Region.Length == 0 {
+			continue
+		}
+		buf := make([]byte, p.Region.Length)
+		if _, err := p.Region.File.ReadAt(buf, p.Region.Position); err != nil && err != io.EOF {
+			return fmt.Errorf("%w: %v", ErrStorage, err)
+		}
+		p.Records, p.Region = buf, log.Region{}
+	}
+	return nil
+}
