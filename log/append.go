@@ -282,8 +282,28 @@ func (l *Log) roll(base int64) error {
 	l.dirDirty.Store(true)
 	l.stats.rolls.Add(1)
 	l.bg.enqueueRolled(old, base, snap)
+	if base != old.next.Load() {
+		return l.makeGapDurable(base)
+	}
 	if l.opts.syncRollInline {
 		return l.bg.flushRolled()
+	}
+	return nil
+}
+
+// makeGapDurable moves the recovery point to base, the first offset of a
+// new active segment that does not start where the previous segment ends
+// (a follower's gap). Recovery takes such a gap between two segments it
+// scans for the lost tail of the earlier one and drops the later
+// segments, so the gap must lie below the recovery point before anything
+// is written after it: the rolled segments are flushed first, and the
+// checkpoint write syncs the directory.
+func (l *Log) makeGapDurable(base int64) error {
+	if err := l.bg.flushRolled(); err != nil {
+		return err
+	}
+	if l.recoveryPt.Load() < base {
+		return l.writeRecoveryPoint(base)
 	}
 	return nil
 }
@@ -303,6 +323,9 @@ func (l *Log) replaceEmptyActive(base int64) error {
 	l.readMu.Unlock()
 	l.dirDirty.Store(true)
 	l.bg.deleteLater(old)
+	if len(next) > 1 && next[len(next)-2].next.Load() != base {
+		return l.makeGapDurable(base)
+	}
 	return nil
 }
 
