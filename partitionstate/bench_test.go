@@ -68,8 +68,10 @@ var benchSizes = []int{10, 1000, 100000}
 
 // benchKeys returns n partitions spread over topics of 16 partitions each,
 // and the order in which a benchmark moves them: a fixed pseudo-random
-// permutation, so moves hit entries all over the list rather than always
-// the first one.
+// permutation, gone through round after round. The first round moves
+// entries from all over the list; it leaves the list in that order, so the
+// later rounds move the current first entry each time, as a fetcher that
+// walks its partitions and moves each one that returned data does.
 func benchKeys(n int) (keys, moves []TopicPartition) {
 	keys = make([]TopicPartition, n)
 	for i := range keys {
