@@ -225,6 +225,9 @@ func (l *Log) recover(rp int64) error {
 				fmt.Errorf("%w: segment %d does not continue the previous one, which ends at %d", ErrCorrupt, s.base, segs[i-1].next.Load()))
 		}
 		res := s.rebuild(l.opts.MaxBatchBytes)
+		if res.err != nil {
+			return res.err // a failed read is no reason to truncate
+		}
 		if res.invalid != nil {
 			if res.validAfter {
 				l.opts.Logger.Warn("replog/log: corrupt batch followed by valid data", "dir", l.dir, "err", res.invalid)

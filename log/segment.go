@@ -130,8 +130,7 @@ func (s *segment) loadIndexes(maxBatch int) error {
 	defer s.loadMu.Unlock()
 	size := s.size.Load()
 	if size > 0 && (!s.indexFileExists(s.offIdx.path) || !s.indexFileExists(s.timeIdx.path)) {
-		s.rebuild(maxBatch)
-		return nil
+		return s.rebuild(maxBatch).err
 	}
 	errO := s.offIdx.ensureLoaded(s.fs, func(d []byte) error { return validateOffsetEntries(d, size) })
 	errT := s.timeIdx.ensureLoaded(s.fs, validateTimeEntries)
@@ -144,8 +143,7 @@ func (s *segment) loadIndexes(maxBatch int) error {
 	if !errors.Is(errT, ErrCorrupt) && errT != nil {
 		return errT
 	}
-	s.rebuild(maxBatch)
-	return nil
+	return s.rebuild(maxBatch).err
 }
 
 // indexFileExists reports whether an index file is present. A missing

@@ -1,6 +1,7 @@
 package log
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -97,6 +98,9 @@ type rebuildResult struct {
 	// validAfter reports that a valid batch follows the invalid one: the
 	// damage is in the middle of the data, not a torn tail.
 	validAfter bool
+	// err is an I/O error that stopped the scan: it says nothing about
+	// the data, which must not be truncated because of it.
+	err error
 }
 
 // rebuild rescans the segment from position 0, rebuilding its indexes,
@@ -118,6 +122,10 @@ func (s *segment) rebuild(maxBatch int) rebuildResult {
 		}
 		if err == nil {
 			err = s.checkContinues(b)
+		}
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			res.validEnd, res.err = pos, fmt.Errorf("segment %s: %w", s.path(logSuffix), err)
+			return res
 		}
 		if err != nil {
 			res.validEnd, res.invalid = pos, fmt.Errorf("segment %s: %w", s.path(logSuffix), err)
