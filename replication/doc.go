@@ -1,0 +1,98 @@
+// Package replication replicates replog logs between nodes the way Kafka
+// does: followers fetch from leaders, the leader keeps the high watermark
+// and the in-sync replica set (ISR), and leader epochs keep logs from
+// diverging.
+//
+// The application decides leadership, as Kafka's controller does with
+// LeaderAndIsr; this package moves data, tracks the ISR and guarantees
+// that logs never diverge. It does not elect leaders.
+//
+// # Contract with the application
+//
+//  1. Open one *log.Log per partition and AddPartition it to the node's
+//     Replicator (New, with a Transport: NewTCPTransport, or
+//     NewMemNetwork in tests). Serve followers' fetches with the
+//     Replicator (it is a FetchHandler; NewTCPServer serves it on TCP).
+//  2. Tell each node its role per partition with a leader epoch that only
+//     grows: BecomeLeader(tp, epoch, replicas, isr) on the leader,
+//     BecomeFollower(tp, epoch, leader) on the others. Older epochs are
+//     refused (ErrStaleEpoch), and requests carrying them are fenced.
+//  3. Persist ISR changes in OnISRChange (return an error to refuse one)
+//     and elect new leaders only from the last persisted ISR.
+//  4. Produce on the leader with acks 0, 1 or all. An acks=all produce
+//     fails at once with ErrNotEnoughReplicas when the ISR is smaller than
+//     MinInsyncReplicas, and otherwise returns once the high watermark
+//     passed the batch: it is then on every ISR member, fsynced there
+//     unless RelaxedDurability is set.
+//  5. Consumers read a partition's log with log.ReadOptions{
+//     UpToHighWatermark: true}: data above the high watermark may still be
+//     truncated by a leader change.
+//  6. Close the Replicator, then the logs.
+//
+// What the application may rely on: every record an acks=all produce
+// acknowledged stays in the log at its offset across leader changes
+// (made from the ISR) and crashes of all but one ISR member; after any
+// sequence of leader changes the replicas' logs converge to identical
+// batches; a leader's high watermark never decreases and never passes the
+// smallest log end offset of its ISR; an idempotent producer's retried
+// batch is stored once.
+//
+// # Protocol
+//
+// A follower's fetch carries, per partition, its current leader epoch,
+// its log end offset (the fetch offset) and the epoch of its last batch.
+// The leader fences stale epochs, and checks the last fetched epoch
+// against its leader-epoch cache: if the follower's log diverges (the
+// leader's end for that epoch is below the fetch offset, or it never had
+// that epoch) the answer is the diverging epoch and its end offset, and
+// the follower truncates to the end of the last epoch both logs share
+// (KIP-101, KIP-279, KIP-320), never to its high watermark alone. Else the
+// leader records the follower's offset (which, unless RelaxedDurability,
+// the follower fsynced), expands the ISR when the follower caught up to
+// the high watermark and the current epoch, advances the high watermark to
+// the smallest log end offset in the ISR (not while the ISR is smaller
+// than MinInsyncReplicas) and answers with whole batches. A follower that
+// has not caught up within ReplicaLagTime leaves the ISR.
+//
+// Node is this protocol as a synchronous state machine with the time
+// passed in: it never blocks and starts no goroutine, so a test drives
+// several nodes step by step from one seed. Replicator wraps it with one
+// fetcher goroutine per leader (its partitions kept in a partitionstate
+// map, walked in order and moved to the end when they received data, so
+// partitions share the response size fairly), long-polled fetch handling,
+// and a ticker for ISR shrinking.
+//
+// # Wire format (TCP transport)
+//
+// Every message is a frame; integers are big-endian. Frame and record
+// sizes are checked against the configured limits before anything is
+// allocated.
+//
+//	offset size  field
+//	     0    4  length         bytes after this field
+//	     4    2  magic          0x5250 ("RP")
+//	     6    1  version        1
+//	     7    1  type           1 fetch request, 2 fetch response, 3 error
+//	     8    8  correlation id echoed by the response
+//	    16    -  body
+//
+//	string:         u16 length | bytes
+//	fetch request:  string clusterId | i32 replicaId | i32 maxBytes |
+//	                i32 maxWaitMs | u32 count | count x (string topic |
+//	                i32 partition | i32 currentLeaderEpoch |
+//	                i64 fetchOffset | i32 lastFetchedEpoch)
+//	fetch response: u32 count | count x (string topic | i32 partition |
+//	                i16 error | i64 highWatermark | i64 logStartOffset |
+//	                i64 logEndOffset | i8 diverging (0/1) |
+//	                i32 divergingEpoch | i64 divergingEndOffset |
+//	                u32 recordsLength | records)
+//	error:          string message
+//
+// A response's records are written from the segment files with
+// send.Builder (sendfile for large regions, one writev for the headers).
+//
+// # Concurrency
+//
+// Node and Replicator are safe for concurrent use. MemNetwork is safe for
+// concurrent use.
+package replication
