@@ -18,8 +18,8 @@ var (
 	ErrCorrupt = errors.New("compression: corrupt input")
 	// ErrTooLarge is returned when decompressed output would exceed the
 	// Local's MaxDecompressedSize (a decompression bomb, or a limit set too
-	// small). It is detected while decoding: no more than the limit plus at
-	// most one codec block is ever allocated for the output.
+	// small). It is detected while decoding, before the output buffer grows
+	// past the limit; see the package doc.
 	ErrTooLarge = errors.New("compression: decompressed size exceeds limit")
 	// ErrInvalidLevel is returned by Compress and Codec.CheckLevel for a
 	// level outside the codec's range.

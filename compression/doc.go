@@ -27,13 +27,27 @@
 //
 // One Decompress call appends at most [Options].MaxDecompressedSize bytes
 // ([DefaultMaxDecompressedSize], 64 MiB, unless set). The limit is enforced
-// while decoding, so a decompression bomb fails with [ErrTooLarge] after at
-// most the limit (plus, for zstd, one 128 KiB block) has been allocated:
-// snappy blocks and LZ4 frames with a content size declare their size
-// before any output is made; gzip output is read in windows that stop one
-// byte past the limit; LZ4 blocks are decoded into windows no longer than
-// the limit left; zstd's DecodeAll checks after every block. A zstd frame
-// whose window is larger than the limit also fails with ErrTooLarge.
+// while decoding: the output buffer never grows past dst's length plus the
+// limit (plus 64 bytes of slack for zstd), so a decompression bomb fails
+// with [ErrTooLarge] having allocated at most about twice the limit, never
+// its full output. Per codec:
+//   - snappy: every raw block states its decoded length, checked before the
+//     block is decoded; a block declaring more than 22 bytes per input byte,
+//     which snappy cannot encode, is corrupt (no allocation on a forged
+//     length);
+//   - lz4: a declared content size is checked up front; each block is
+//     decoded into a window no longer than the limit leaves (nor than 255
+//     bytes per input byte, LZ4's best ratio);
+//   - gzip: output is read in windows that stop one byte past the limit;
+//   - zstd: the frame and block headers bound the output (the content size,
+//     or per block its raw size or 128 KiB) before decoding; DecodeAll then
+//     writes into a buffer capped at the limit. Frames with windows over
+//     128 MiB (zstd's own default limit) fail with [ErrUnsupported]; smaller
+//     windows cost no memory, since frames decode straight into the output.
+//
+// When an LZ4 block or zstd frame could make more than the limit leaves and
+// fails to decode within it, the error is ErrTooLarge: it may be corrupt as
+// well, but finding out would take a decode past the limit.
 //
 // # Formats written
 //

@@ -41,7 +41,7 @@ func TestXXH32MatchesPierrec(t *testing.T) {
 	for _, n := range sizes {
 		var buf bytes.Buffer
 		w := lz4.NewWriter(&buf)
-		require.NoError(t, w.Apply(lz4.ChecksumOption(true)))
+		require.NoError(t, w.Apply(lz4.ChecksumOption(true), lz4.BlockSizeOption(lz4.Block256Kb)))
 		_, err := w.Write(data[:n])
 		require.NoError(t, err)
 		require.NoError(t, w.Close())
