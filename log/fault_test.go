@@ -1,0 +1,381 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// Fault tests (RELIABILITY.md S5, S6, S7): a workload runs while the
+// filesystem fails one operation, or every write from some point on, and
+// behaves like an application would: it keeps appending and syncing,
+// reopens the log when it reports ErrSyncFailed, and tracks what was
+// acknowledged. Afterwards the log, reopened both as it is (a restart) and
+// after a power loss (a crash image keeping only synced data), must pass
+// A1-A5.
+
+// nthFault is an Injector that fails operations of kinds (all when 0):
+// the n-th such operation, counted from 0 across every ErrorFS sharing
+// the injector, or with sticky every one from the n-th on until healed.
+// A failing write first writes half of its bytes.
+type nthFault struct {
+	kinds  vfs.OpKind
+	n      int64
+	err    error
+	sticky bool
+
+	count  atomic.Int64
+	hits   atomic.Int64
+	healed atomic.Bool
+}
+
+func (f *nthFault) Inject(op vfs.Op) vfs.Fault {
+	if f.kinds != 0 && op.Kind&f.kinds == 0 {
+		return vfs.Fault{}
+	}
+	i := f.count.Add(1) - 1
+	if f.healed.Load() || i < f.n || (!f.sticky && i != f.n) {
+		return vfs.Fault{}
+	}
+	f.hits.Add(1)
+	return vfs.Fault{Err: f.err, Written: op.Len / 2}
+}
+
+// faultRun drives a log through a workload on failing filesystems,
+// carrying on after errors.
+type faultRun struct {
+	t    *testing.T
+	fsys vfs.FS
+	opts func(vfs.FS) Options
+	l    *Log
+	// acked holds the batches acknowledged as durable; appended every
+	// batch appended since, plus acked.
+	acked, appended [][]byte
+	seq             int
+	// onError is called after an API call failed, with the log (nil after
+	// a failed Open).
+	onError func(call string, err error)
+	// calls and failures count API calls.
+	calls, failures int
+}
+
+func (r *faultRun) failed(call string, err error) {
+	r.failures++
+	if r.onError != nil {
+		r.onError(call, err)
+	}
+}
+
+// open opens the log if it is not open; it reports whether it is.
+func (r *faultRun) open() bool {
+	if r.l != nil {
+		return true
+	}
+	r.calls++
+	l, err := Open(crashDir, r.opts(r.fsys))
+	if err != nil {
+		r.failed("open", err)
+		return false
+	}
+	r.t.Cleanup(func() { l.Close() })
+	r.l = l
+	// What was appended but not acknowledged may or may not have survived
+	// the restart; only acknowledged batches are expected from now on.
+	r.appended = r.acked
+	return true
+}
+
+// close closes the log; a nil error acknowledges everything appended.
+func (r *faultRun) close() {
+	if r.l == nil {
+		return
+	}
+	r.calls++
+	err := r.l.Close()
+	r.l = nil
+	if err != nil {
+		r.failed("close", err)
+		return
+	}
+	r.acked = r.appended
+}
+
+// appendOne appends the next batch. A failed append must leave the log
+// end offset as it was.
+func (r *faultRun) appendOne() {
+	if !r.open() {
+		return
+	}
+	r.calls++
+	b := testBatch(r.t, r.seq)
+	r.seq++
+	leo := r.l.LogEndOffset()
+	if _, err := r.l.Append(b); err != nil {
+		require.Equal(r.t, leo, r.l.LogEndOffset(), "S6: a failed append moved the log end offset (%v)", err)
+		r.failed("append", err)
+		r.reopenIfFailed(err)
+		return
+	}
+	r.appended = append(r.appended, b)
+}
+
+// sync syncs; a nil error acknowledges everything appended before.
+func (r *faultRun) sync() {
+	if !r.open() {
+		return
+	}
+	r.calls++
+	n := len(r.appended)
+	if err := r.l.Sync(); err != nil {
+		r.failed("sync", err)
+		r.reopenIfFailed(err)
+		return
+	}
+	r.acked = r.appended[:n]
+}
+
+// reopenIfFailed closes the log after a sticky failure, as an application
+// must; the next call opens it again.
+func (r *faultRun) reopenIfFailed(err error) {
+	if errors.Is(err, ErrSyncFailed) {
+		r.close()
+	}
+}
+
+// faultWorkload runs the standard fault workload on mem: appends with
+// periodic Syncs across several rolls, a power loss while the log is open
+// (the rest runs on the crash image, so its Open recovers), then a clean
+// Close and Open, more appends and a final Close. It returns the
+// filesystem the workload ended on.
+func (r *faultRun) workload(mem *vfs.MemFS, inj vfs.Injector) *vfs.MemFS {
+	r.fsys = vfs.NewErrorFS(mem, inj)
+	for i := 0; i < 24; i++ {
+		r.appendOne()
+		if i%4 == 3 {
+			r.sync()
+		}
+		if i == 17 {
+			// A power loss while the log is open: later work runs on the
+			// image, whose Open recovers (scans, truncates, syncs).
+			img := mem.CrashClone(vfs.CrashOptions{})
+			acked := r.acked
+			r.close() // on the lost machine: acknowledges nothing on img
+			r.acked, r.appended = acked, acked
+			mem = img
+			r.fsys = vfs.NewErrorFS(mem, inj)
+		}
+	}
+	r.close()
+	for i := 0; i < 10; i++ {
+		r.appendOne()
+		if i%4 == 3 {
+			r.sync()
+		}
+	}
+	r.close()
+	return mem
+}
+
+func faultOptions(fsys vfs.FS) Options {
+	o := crashOptions(fsys)
+	o.SegmentBytes = 2 << 10
+	return o
+}
+
+// checkAfterFaults checks A1-A5 on what a fault run left in mem: first
+// after a power loss (only synced data: everything acknowledged must have
+// been fsynced), then after a plain restart.
+func checkAfterFaults(t *testing.T, mem *vfs.MemFS, acked [][]byte, desc string) {
+	t.Helper()
+	img := mem.CrashClone(vfs.CrashOptions{})
+	l, err := openCrashLog(t, crashDir, faultOptions(img))
+	require.NoError(t, err, "open after a power loss %s", desc)
+	st, err := tryReadState(l)
+	require.NoError(t, err, "after a power loss %s", desc)
+	checkAcked(t, st, acked)
+	checkA4A5(t, l, st)
+
+	l, err = openCrashLog(t, crashDir, faultOptions(mem))
+	require.NoError(t, err, "open after a restart %s", desc)
+	st, err = tryReadState(l)
+	require.NoError(t, err, "after a restart %s", desc)
+	checkAcked(t, st, acked)
+	checkA4A5(t, l, st)
+}
+
+// faultLoop runs check for n = 0, 1, 2, ... in parallel subtests, up to a
+// little past the number of matching operations a fault-free run of the
+// workload makes (the flusher's timing moves it slightly), and requires
+// that the last values of n were past the end of the workload (the
+// workload ran without reaching the failing operation), as pebble's
+// errorfs tests loop until the workload passes.
+func faultLoop(t *testing.T, kinds vfs.OpKind, check func(t *testing.T, n int64) *nthFault) {
+	t.Helper()
+	counter := &nthFault{kinds: kinds, n: 1 << 62}
+	clean := &faultRun{t: t, opts: faultOptions}
+	clean.workload(vfs.NewMem(), counter)
+	require.Zero(t, clean.failures)
+	total := counter.count.Load()
+	var lastHit atomic.Int64
+	t.Run("n", func(t *testing.T) {
+		for n := int64(0); n <= total+16; n++ {
+			t.Run(fmt.Sprint(n), func(t *testing.T) {
+				t.Parallel()
+				if inj := check(t, n); inj.hits.Load() > 0 {
+					for {
+						last := lastHit.Load()
+						if n <= last || lastHit.CompareAndSwap(last, n) {
+							break
+						}
+					}
+				}
+			})
+		}
+	})
+	require.Less(t, lastHit.Load(), total+16, "the workload never stops reaching the failing operation")
+	t.Logf("a fault at each of %d operations (%d in a fault-free run)", lastHit.Load()+1, total)
+}
+
+// TestFaultEveryOperation is S7: an EIO at operation 0, 1, 2, ... of the
+// fault workload until the workload runs without reaching the failing
+// operation. Every call returns nil or an error, Close stops the
+// flusher (checked for leaks), and A1-A5 hold afterwards.
+func TestFaultEveryOperation(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	faultLoop(t, 0, func(t *testing.T, n int64) *nthFault {
+		inj := &nthFault{n: n, err: syscall.EIO}
+		r := &faultRun{t: t, opts: faultOptions}
+		mem := r.workload(vfs.NewMem(), inj)
+		// Some errors are rightly absorbed (an unreadable clean-shutdown
+		// marker means recovering), so none is required to surface; what
+		// was acknowledged must hold regardless.
+		checkAfterFaults(t, mem, r.acked, fmt.Sprintf("(EIO at operation %d; %d of %d calls failed)", n, r.failures, r.calls))
+		return inj
+	})
+}
+
+// TestFaultSyncEIO is S5: the n-th fsync (file or directory) fails with
+// EIO, for every n. The failure must be reported by a Sync (or the call
+// that hit it) with ErrSyncFailed wrapping EIO, must be sticky until the
+// log is reopened even once the disk works again, must not advance the
+// durable offset, and reopening recovers everything acknowledged before.
+func TestFaultSyncEIO(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	faultLoop(t, vfs.OpSyncs, func(t *testing.T, n int64) *nthFault {
+		inj := &nthFault{kinds: vfs.OpSyncs, n: n, err: syscall.EIO}
+		r := &faultRun{t: t, opts: faultOptions}
+		r.onError = func(call string, err error) {
+			require.ErrorIs(t, err, syscall.EIO, "%s: the fsync error is not reported", call)
+			if call == "open" || call == "close" || !errors.Is(err, ErrSyncFailed) {
+				// A failed Open or Close leaves no log to check; any other
+				// call must report the sticky failure.
+				require.Contains(t, []string{"open", "close"}, call, "%s: failed fsync not reported as ErrSyncFailed: %v", call, err)
+				return
+			}
+			// The disk works again, yet the log refuses to go on.
+			inj.healed.Store(true)
+			defer inj.healed.Store(false)
+			l := r.l
+			durable, leo := l.DurableOffset(), l.LogEndOffset()
+			require.ErrorIs(t, l.Sync(), ErrSyncFailed, "S5: Sync after a failed fsync")
+			_, err = l.Append(testBatch(t, 999))
+			require.ErrorIs(t, err, ErrSyncFailed, "S5: Append after a failed fsync")
+			require.ErrorIs(t, l.Sync(), ErrSyncFailed, "S5: second Sync after a failed fsync")
+			require.Equal(t, leo, l.LogEndOffset(), "S5: log end offset moved after a failed fsync")
+			require.Equal(t, durable, l.DurableOffset(), "S5: durable offset moved after a failed fsync")
+			require.True(t, l.Stats().Failed)
+		}
+		mem := r.workload(vfs.NewMem(), inj)
+		desc := fmt.Sprintf("(EIO at fsync %d; %d of %d calls failed)", n, r.failures, r.calls)
+		if inj.hits.Load() > 0 {
+			require.NotZero(t, r.failures, "a failed fsync went unreported %s", desc)
+		}
+		checkAfterFaults(t, mem, r.acked, desc)
+		return inj
+	})
+}
+
+// TestFaultDiskFull is S6: from the n-th write on, for every n, the disk
+// is full: writes fail with ENOSPC after writing half their bytes, until
+// the application sees an error and frees space. A failed append leaves
+// the log end offset unchanged and no partial batch visible; once space
+// returns, appends work again at once, or after a reopen if the log
+// failed an fsync-path write; A1-A5 hold afterwards.
+func TestFaultDiskFull(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	faultLoop(t, vfs.OpWrite, func(t *testing.T, n int64) *nthFault {
+		inj := &nthFault{kinds: vfs.OpWrite, n: n, err: syscall.ENOSPC, sticky: true}
+		r := &faultRun{t: t, opts: faultOptions}
+		r.onError = func(call string, err error) {
+			require.ErrorIs(t, err, syscall.ENOSPC, "%s: the disk-full error is not reported", call)
+			if inj.healed.Swap(true) || r.l == nil {
+				return
+			}
+			// No partial batch is visible: the log holds exactly what was
+			// appended (and survived earlier restarts).
+			st, err := tryReadState(r.l)
+			require.NoError(t, err, "S6: after a failed %s", call)
+			checkAcked(t, st, r.acked)
+			if call == "append" && !r.l.Stats().Failed {
+				// Space is back: the next append works.
+				b := testBatch(t, r.seq)
+				r.seq++
+				info, err := r.l.Append(b)
+				require.NoError(t, err, "S6: append after space returned")
+				require.Equal(t, st.end, info.FirstOffset, "S6: append after space returned")
+				r.appended = append(r.appended, b)
+			}
+		}
+		mem := r.workload(vfs.NewMem(), inj)
+		desc := fmt.Sprintf("(disk full from write %d; %d of %d calls failed)", n, r.failures, r.calls)
+		if inj.hits.Load() > 0 {
+			require.NotZero(t, r.failures, "a failed write went unreported %s", desc)
+		}
+		checkAfterFaults(t, mem, r.acked, desc)
+		return inj
+	})
+}
+
+// TestFaultRecoveryReadError checks that a read error while recovery
+// scans segments fails Open instead of being taken for corrupt data:
+// before the fix, recovery truncated the log at the unreadable position,
+// destroying every acknowledged batch after it.
+func TestFaultRecoveryReadError(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	l, err := openCrashLog(t, crashDir, faultOptions(mem))
+	require.NoError(t, err)
+	var acked [][]byte
+	for i := 0; i < 30; i++ {
+		b := testBatch(t, i)
+		_, err := l.Append(b)
+		require.NoError(t, err)
+		acked = append(acked, b)
+	}
+	require.NoError(t, l.Sync())
+	img := mem.CrashClone(vfs.CrashOptions{}) // unclean: Open must scan
+	require.NoError(t, l.Close())
+
+	for n := int64(0); ; n++ {
+		inj := &nthFault{kinds: vfs.OpRead, n: n, err: syscall.EIO}
+		fsys := img.CrashClone(vfs.CrashOptions{})
+		l, err := openCrashLog(t, crashDir, faultOptions(vfs.NewErrorFS(fsys, inj)))
+		if err == nil {
+			require.NoError(t, l.Close())
+		} else {
+			require.ErrorIs(t, err, syscall.EIO, "read %d", n)
+		}
+		l, err = openCrashLog(t, crashDir, faultOptions(fsys))
+		require.NoError(t, err)
+		checkA1toA5(t, l, acked...)
+		if inj.hits.Load() == 0 {
+			break
+		}
+	}
+}
