@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
@@ -66,16 +65,21 @@ func newPartitionState(keys []TopicPartition) *partitionstate.Map[TopicPartition
 // benchSizes are the numbers of entries the benchmarks run with.
 var benchSizes = []int{10, 1000, 100000}
 
-// benchKeys returns n partitions spread over topics of 16 partitions each,
-// and the order in which a benchmark moves them: a fixed pseudo-random
+// benchKeys returns n partitions spread over topics of 16 partitions each
+// (the partitions of a topic share its name's bytes, as keys decoded from
+// one metadata response would), and the order in which a benchmark moves them: a fixed pseudo-random
 // permutation, gone through round after round. The first round moves
 // entries from all over the list; it leaves the list in that order, so the
 // later rounds move the current first entry each time, as a fetcher that
 // walks its partitions and moves each one that returned data does.
 func benchKeys(n int) (keys, moves []TopicPartition) {
 	keys = make([]TopicPartition, n)
+	topic := ""
 	for i := range keys {
-		keys[i] = TopicPartition{Topic: fmt.Sprintf("topic-%04d", i/16), Partition: int32(i % 16)}
+		if i%16 == 0 {
+			topic = fmt.Sprintf("topic-%04d", i/16)
+		}
+		keys[i] = TopicPartition{Topic: topic, Partition: int32(i % 16)}
 	}
 	moves = append([]TopicPartition(nil), keys...)
 	rng := rand.New(rand.NewPCG(uint64(n), 4))
@@ -91,9 +95,10 @@ type pair struct {
 
 // runPair runs impl=naive and impl=partitionstate under b. The latter also
 // reports naive/partitionstate, the ratio of the naive time per operation
-// to its own, measured in alternating short blocks so that a change in the
-// machine's load hits both sides alike; the figure is the median over the
-// blocks.
+// to its own. That ratio is measured after the timed loop, on fresh maps,
+// in alternating rounds of b.N operations in all per side, so that a change
+// in the machine's load hits both sides alike and the naive side's garbage
+// collection is counted.
 func runPair(b *testing.B, p pair) {
 	b.Run("impl=naive", func(b *testing.B) {
 		run := p.naive()
@@ -107,33 +112,31 @@ func runPair(b *testing.B, p pair) {
 		b.ResetTimer()
 		run(b.N)
 		b.StopTimer()
-		b.ReportMetric(interleavedRatio(p.naive(), run), "naive/partitionstate")
+		b.ReportMetric(interleavedRatio(p.naive(), p.partitionstate(), b.N), "naive/partitionstate")
 	})
 }
 
-// interleavedRatio times blocks of operations of base and of subject in
-// turn and returns the median of base's time over subject's.
-func interleavedRatio(base, subject func(count int)) float64 {
-	const rounds, block = 15, 2000
+// interleavedRatio runs total operations of base and of subject in
+// alternating rounds and returns base's total time over subject's.
+func interleavedRatio(base, subject func(count int), total int) float64 {
+	const rounds = 10
+	block := max(total/rounds, 1)
 	timeBlock := func(run func(int)) time.Duration {
 		start := time.Now()
 		run(block)
 		return time.Since(start)
 	}
-	ratios := make([]float64, rounds)
-	for r := range ratios {
-		var tb, ts time.Duration
+	var tb, ts time.Duration
+	for r := range rounds {
 		if r%2 == 0 {
-			tb = timeBlock(base)
-			ts = timeBlock(subject)
+			tb += timeBlock(base)
+			ts += timeBlock(subject)
 		} else {
-			ts = timeBlock(subject)
-			tb = timeBlock(base)
+			ts += timeBlock(subject)
+			tb += timeBlock(base)
 		}
-		ratios[r] = float64(tb) / float64(max(ts, 1))
 	}
-	slices.Sort(ratios)
-	return ratios[rounds/2]
+	return float64(tb) / float64(max(ts, 1))
 }
 
 // BenchmarkMoveToEnd moves existing entries to the end, keeping their
