@@ -31,7 +31,8 @@ var (
 )
 
 // Codec identifies a compression codec by the id Kafka stores in bits 0-2
-// of a record batch's attributes.
+// of a record batch's attributes. It is a plain value, safe for concurrent
+// use.
 type Codec int8
 
 // The codecs, numbered as in Kafka's record batch attributes.

@@ -11,7 +11,7 @@
 // slice, as append does; neither retains src or dst.
 //
 // A [Local] is a caller-owned scratch context, like Kafka's RequestLocal
-// (KAFKA PR 9229): it keeps every decoder, encoder and buffer a codec
+// (Kafka PR 9229): it keeps every decoder, encoder and buffer a codec
 // needs. It is not safe for concurrent use: give each goroutine or request
 // handler its own and pass it down explicitly. Decompressing into
 // out[:0] of a slice a previous call returned, with the same Local,
@@ -81,7 +81,7 @@
 // 0, invalid in plain snappy); its strict decoder is 2.3x slower.
 //
 // lz4: one LZ4 frame (lz4_Frame_format.md, pierrec/lz4 for the blocks),
-// exactly as Kafka's Lz4BlockOutputStream writes it:
+// exactly as Kafka's KafkaLZ4BlockOutputStream writes it:
 //
 //	+----+----+----+----+-----+-----+-----+
 //	| 04 | 22 | 4D | 18 | FLG | BD  | HC  |  magic 0x184D2204 (LE), descriptor
