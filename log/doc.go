@@ -14,6 +14,8 @@
 //	log-start-offset                checkpoint: first readable offset
 //	high-watermark                  checkpoint: high watermark at Close
 //	clean-shutdown                  marker written by Close, removed by Open
+//	00000000000000524288.snapshot   producer state as of offset 524288
+//	leader-epoch-checkpoint         which leader epoch wrote which offsets
 //
 // # Using a Log
 //
@@ -101,6 +103,29 @@
 // relativeOffset is the batch's last offset minus the segment's base
 // offset; position is the batch's byte position in the .log file.
 //
+// # Producer-state snapshots
+//
+// <offset>.snapshot holds the idempotent-producer state as of offset (the
+// base offset of the segment rolled to, or the log end at Close). It is
+// written to a temporary file, fsynced and renamed by the background
+// flusher, never on the append path. Integers big-endian; the CRC-32C
+// covers everything after it.
+//
+//	offset size  field
+//	     0    2  version (1)
+//	     2    4  crc
+//	     6    4  producer count
+//	    10    -  producers:
+//	             pid i64 | epoch i16 | lastTimestamp i64 | batches i8 |
+//	             batches x (firstSeq i32 | lastSeq i32 | lastOffset i64 |
+//	                        offsetDelta i32 | timestamp i64)
+//
+// Open loads the newest valid snapshot at or below the log end (corrupt
+// ones are deleted and the next older one tried) and replays the batches
+// after it. A retried batch (same producer epoch and sequence range as one
+// of the producer's last five) is not written again: Append returns the
+// original offsets with AppendInfo.Duplicate set.
+//
 // # Checkpoint files
 //
 // Small text files, replaced atomically:
@@ -110,7 +135,8 @@
 //	<v1> <v2> ...\n    count lines of space-separated decimal integers
 //
 // recovery-point, log-start-offset, high-watermark and clean-shutdown each
-// hold one entry of one offset.
+// hold one entry of one offset; leader-epoch-checkpoint holds one
+// "<epoch> <startOffset>" entry per leader epoch.
 //
 // # Errors
 //

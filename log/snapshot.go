@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ const (
 // encodeSnapshot serialises the producer state.
 func encodeSnapshot(dst []byte, producers map[int64]*producerEntry) []byte {
 	be := binary.BigEndian
+	dst = slices.Grow(dst, snapshotHeaderSize+len(producers)*(snapshotEntrySize+producerBatchesKept*snapshotBatchSize))
 	start := len(dst)
 	dst = be.AppendUint16(dst, snapshotVersion)
 	dst = be.AppendUint32(dst, 0) // crc, set below
