@@ -168,9 +168,12 @@ func (m *Map[K, V]) Clear() {
 // position of its last occurrence. Nodes of keys that stay are moved, not
 // reallocated; nodes of keys that go are kept for reuse.
 //
-// seq may read m, for example m.All() through a filter: while Replace runs,
-// m holds the entries not yet placed followed by the entries placed so far,
-// and an iteration of m started by seq yields each old entry once.
+// While Replace runs, m holds the old entries not yet placed followed by
+// the entries placed so far; the old entries not in seq are removed at the
+// end. So seq may read m, for example m.All() through a filter: such an
+// iteration yields each old entry once. It also means that replacing n
+// entries by n new keys makes m hold up to 2n nodes for a moment, and keep
+// them for reuse.
 func (m *Map[K, V]) Replace(seq iter.Seq2[K, V]) {
 	// Everything placed by seq gets a stamp above start and lands at the
 	// end; what keeps a stamp at or below start was not in seq and forms a
