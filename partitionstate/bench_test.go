@@ -67,11 +67,12 @@ var benchSizes = []int{10, 1000, 100000}
 
 // benchKeys returns n partitions spread over topics of 16 partitions each
 // (the partitions of a topic share its name's bytes, as keys decoded from
-// one metadata response would), and the order in which a benchmark moves them: a fixed pseudo-random
-// permutation, gone through round after round. The first round moves
-// entries from all over the list; it leaves the list in that order, so the
-// later rounds move the current first entry each time, as a fetcher that
-// walks its partitions and moves each one that returned data does.
+// one metadata response would), and the order in which a benchmark moves
+// them: a fixed pseudo-random permutation, gone through round after round.
+// The first round moves entries from all over the list; it leaves the list
+// in that order, so the later rounds move the current first entry each
+// time, as a fetcher that walks its partitions and moves each one that
+// returned data does.
 func benchKeys(n int) (keys, moves []TopicPartition) {
 	keys = make([]TopicPartition, n)
 	topic := ""
