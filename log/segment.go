@@ -51,6 +51,9 @@ type segment struct {
 	// loadMu serializes loading (or rebuilding) the indexes of a segment
 	// whose index files are read lazily, by concurrent readers.
 	loadMu sync.Mutex
+	// loading is set while loadMu's holder loads or rebuilds the indexes:
+	// a rebuild marks them loaded before it has refilled them.
+	loading atomic.Bool
 
 	// appender-only state
 	sinceIndex int           // bytes appended since the last index entry
@@ -123,11 +126,13 @@ func (s *segment) indexBatch(b Batch, pos int64) {
 // rebuilding them from the log file when the index files are missing or
 // invalid.
 func (s *segment) loadIndexes(maxBatch int) error {
-	if s.offIdx.isLoaded() && s.timeIdx.isLoaded() {
+	if s.offIdx.isLoaded() && s.timeIdx.isLoaded() && !s.loading.Load() {
 		return nil
 	}
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	s.loading.Store(true)
+	defer s.loading.Store(false)
 	size := s.size.Load()
 	if size > 0 && (!s.indexFileExists(s.offIdx.path) || !s.indexFileExists(s.timeIdx.path)) {
 		return s.rebuild(maxBatch).err
@@ -188,6 +193,15 @@ func (s *segment) batchHeaderAt(pos int64, hdr *[BatchHeaderSize]byte) (Batch, e
 	if b.Magic() != MagicV2 || b.Length() < BatchHeaderSize-LogOverhead || pos+int64(b.Size()) > s.size.Load() {
 		return nil, fmt.Errorf("%w: bad batch header at position %d of %s", ErrCorrupt, pos, s.path(logSuffix))
 	}
+	// The header is not verified by its CRC here (that needs the whole
+	// batch), yet readers step over batches by it: a damaged last offset
+	// delta or base offset would make them skip data or stop early. The
+	// offsets must lie in the segment's range [base, next).
+	if base, next := b.BaseOffset(), s.next.Load(); base < s.base || base >= next ||
+		b.LastOffsetDelta() < 0 || int64(b.LastOffsetDelta()) >= next-base {
+		return nil, fmt.Errorf("%w: batch at position %d of %s has offsets [%d, %d] outside the segment's [%d, %d)",
+			ErrCorrupt, pos, s.path(logSuffix), base, b.LastOffset(), s.base, next)
+	}
 	return b, nil
 }
 
@@ -207,14 +221,20 @@ func (s *segment) find(offset int64, maxBatch int) (pos int64, hdr Batch, ok boo
 	pos = s.offIdx.lookup(int32(rel))
 	var buf [BatchHeaderSize]byte
 	size := s.size.Load()
+	prevNext := s.base
 	for pos < size {
 		b, err := s.batchHeaderAt(pos, &buf)
 		if err != nil {
 			return 0, nil, false, err
 		}
+		if b.BaseOffset() < prevNext {
+			return 0, nil, false, fmt.Errorf("%w: batch at position %d of %s starts at offset %d, before the previous batch ends (%d)",
+				ErrCorrupt, pos, s.path(logSuffix), b.BaseOffset(), prevNext)
+		}
 		if b.LastOffset() >= offset {
 			return pos, append(Batch(nil), b...), true, nil
 		}
+		prevNext = b.NextOffset()
 		pos += int64(b.Size())
 	}
 	return 0, nil, false, nil
