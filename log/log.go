@@ -37,6 +37,9 @@ type Log struct {
 
 	unsyncedMsgs int // records since the last sync (appender-only, under mu)
 	dirDirty     atomic.Bool
+	// dirSyncMu is held across taking dirDirty and the directory fsync, so
+	// that a caller finding the flag clear knows no fsync is in flight.
+	dirSyncMu sync.Mutex
 
 	producers *producerState // guarded by mu
 	snapshots snapshotFiles
@@ -47,6 +50,8 @@ type Log struct {
 	bg      *flusher
 	stats   statCounters
 	rng     *rand.Rand // segment jitter, under mu
+
+	truncations atomic.Uint64 // counts truncations, so Readers notice them
 
 	closed atomic.Bool
 	failed atomic.Pointer[error] // sticky fsync failure

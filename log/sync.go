@@ -103,6 +103,10 @@ func (l *Log) syncData() error {
 
 // syncDirIfDirty fsyncs the log directory if an entry changed.
 func (l *Log) syncDirIfDirty() error {
+	// Without the lock, a Sync finding the flag taken by the flusher would
+	// return before the flusher's fsync completed, or after it failed.
+	l.dirSyncMu.Lock()
+	defer l.dirSyncMu.Unlock()
 	if !l.dirDirty.Swap(false) {
 		return nil
 	}
