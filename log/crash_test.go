@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -610,5 +613,57 @@ func TestCrashFollowerGaps(t *testing.T) {
 				require.Equal(t, Batch(next).BaseOffset(), info.FirstOffset)
 			})
 		}
+	}
+}
+
+// TestCrashSyncWaitsForDirectorySync is S2 for concurrent directory
+// syncs: while the flusher's directory fsync is in flight (and about to
+// fail), a Sync must not return nil without the directory being synced.
+// Before the fix, Sync saw the dirty flag already taken by the flusher and
+// returned at once, and the new entry was lost in a power loss.
+func TestCrashSyncWaitsForDirectorySync(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	inj := vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind != vfs.OpSyncDir || !armed.CompareAndSwap(true, false) {
+			return vfs.Fault{}
+		}
+		close(entered)
+		<-release
+		return vfs.Fault{Err: syscall.EIO}
+	})
+	efs := vfs.NewErrorFS(mem, inj)
+	l, err := openCrashLog(t, crashDir, crashOptions(efs))
+	require.NoError(t, err)
+	b := testBatch(t, 0)
+	_, err = l.Append(b)
+	require.NoError(t, err)
+
+	// A new directory entry, as a roll makes, not yet synced.
+	f, err := efs.OpenFile(crashDir+"/probe", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	l.dirDirty.Store(true)
+
+	armed.Store(true)
+	flusherErr := make(chan error, 1)
+	go func() { flusherErr <- l.syncDirIfDirty() }() // as the flusher does
+	<-entered
+	syncErr := make(chan error, 1)
+	go func() { syncErr <- l.Sync() }()
+	// Let Sync return if it does not wait for the directory fsync in
+	// flight (the bug); with the fix it waits, and this only delays.
+	select {
+	case <-syncErr:
+		syncErr <- nil
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	require.ErrorIs(t, <-flusherErr, syscall.EIO)
+	if err := <-syncErr; err == nil {
+		_, err := mem.CrashClone(vfs.CrashOptions{}).Stat(crashDir + "/probe")
+		require.NoError(t, err, "Sync returned nil, yet the directory entry was not synced")
 	}
 }
