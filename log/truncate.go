@@ -124,6 +124,7 @@ func (l *Log) recomputeTail(s *segment) error {
 
 // afterTruncation lowers the offsets that may now point past the end.
 func (l *Log) afterTruncation(newLEO int64) {
+	l.truncations.Add(1)
 	l.leo.Store(newLEO)
 	if l.hw.Load() > newLEO {
 		l.hw.Store(newLEO)
@@ -179,6 +180,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 		}
 	}
 	l.producers = newProducerState()
+	l.truncations.Add(1)
 	if err := l.clearEpochs(); err != nil {
 		return l.fail(err)
 	}
