@@ -213,7 +213,13 @@ func (l *Log) writeToActive(batches []byte) error {
 	if _, err := s.file.WriteAt(batches, pos); err != nil {
 		// Drop whatever part reached the file so that a crash does not
 		// find it; the next append overwrites it anyway.
-		_ = s.file.Truncate(pos)
+		if terr := s.file.Truncate(pos); terr != nil {
+			// Part of a batch stays past the segment's size. A shorter
+			// append would leave its tail behind, and a clean Close would
+			// make the next Open trust it: only recovery may cut it, so
+			// the log refuses writes until reopened.
+			l.fail(terr)
+		}
 		return fmt.Errorf("replog/log: append to %s: %w", s.path(logSuffix), err)
 	}
 	for rest, p := batches, pos; len(rest) > 0; {
