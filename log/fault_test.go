@@ -3,6 +3,7 @@ package log
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -377,5 +378,61 @@ func TestFaultRecoveryReadError(t *testing.T) {
 		if inj.hits.Load() == 0 {
 			break
 		}
+	}
+}
+
+// TestFaultFailedWriteAndTruncate is S6 with a second failure: an append's
+// write fails after writing part of the batch, and so does the truncation
+// that should remove that part. Later appends, a clean Close and an Open
+// must still give a log whose every batch is readable, acknowledged ones
+// included, before and after a power loss.
+func TestFaultFailedWriteAndTruncate(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	var armed atomic.Int32 // 2: fail the next segment write, 1: then its truncation
+	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		switch {
+		case op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && armed.CompareAndSwap(2, 1):
+			return vfs.Fault{Err: syscall.ENOSPC, Written: op.Len - 10}
+		case op.Kind == vfs.OpTruncate && strings.HasSuffix(op.Path, logSuffix) && armed.CompareAndSwap(1, 0):
+			return vfs.Fault{Err: syscall.EIO}
+		}
+		return vfs.Fault{}
+	}))
+	opts := faultOptions(efs)
+	opts.SegmentBytes = 1 << 20 // no roll: the garbage stays in the active segment
+	l, err := openCrashLog(t, crashDir, opts)
+	require.NoError(t, err)
+	var acked [][]byte
+	appendOne := func(seq int) {
+		t.Helper()
+		b := testBatch(t, seq)
+		_, err := l.Append(b)
+		require.NoError(t, err)
+		acked = append(acked, b)
+	}
+	for i := 0; i < 5; i++ {
+		appendOne(i)
+	}
+	require.NoError(t, l.Sync())
+	armed.Store(2)
+	leo := l.LogEndOffset()
+	_, err = l.Append(testBatch(t, 5)) // 3 records, about 400 bytes
+	require.Error(t, err)
+	require.Equal(t, leo, l.LogEndOffset())
+	require.Zero(t, armed.Load(), "the write and the truncation were not both attempted")
+	if l.Stats().Failed {
+		_, err = l.Append(testBatch(t, 6))
+		require.ErrorIs(t, err, ErrSyncFailed, "append after the failed truncation")
+		require.Error(t, l.Close(), "close after the failed truncation")
+	} else {
+		appendOne(6) // 1 record, shorter than what the failed write left
+		require.NoError(t, l.Sync())
+		require.NoError(t, l.Close())
+	}
+	for _, fsys := range []*vfs.MemFS{mem.CrashClone(vfs.CrashOptions{}), mem} {
+		l, err := openCrashLog(t, crashDir, faultOptions(fsys))
+		require.NoError(t, err)
+		checkA1toA5(t, l, acked...)
 	}
 }
