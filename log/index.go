@@ -188,6 +188,18 @@ func (x offsetIndex) lookup(rel int32) int64 {
 	return int64(binary.BigEndian.Uint32(e[4:]))
 }
 
+// lookupEntry is lookup returning the entry found: the relative last
+// offset of the batch at pos, or ok=false (pos 0) when no entry is <= rel.
+func (x offsetIndex) lookupEntry(rel int32) (entryRel int32, pos int64, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, e := x.search(int64(rel), offsetKey)
+	if e == nil {
+		return 0, 0, false
+	}
+	return int32(binary.BigEndian.Uint32(e)), int64(binary.BigEndian.Uint32(e[4:])), true
+}
+
 // validateOffsetEntries checks that relative offsets and positions both
 // increase strictly and that positions lie within the log file.
 func validateOffsetEntries(data []byte, logSize int64) error {

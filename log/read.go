@@ -134,7 +134,8 @@ func growLen(b []byte, n int) []byte {
 // wholeBatches returns how many leading bytes of buf are whole batches,
 // verifying each one's CRC unless disabled.
 func (l *Log) wholeBatches(buf []byte, pos int64, s *segment) (int, error) {
-	keep := 0
+	keep, lastLen := 0, 0
+	prevNext := int64(-1)
 	for rest := buf; len(rest) > 0; {
 		b, r, err := SplitBatch(rest)
 		if err != nil {
@@ -144,17 +145,63 @@ func (l *Log) wholeBatches(buf []byte, pos int64, s *segment) (int, error) {
 			break
 		}
 		if !l.opts.SkipReadCRC {
-			if err := b.ValidateHeader(); err != nil {
+			err := b.ValidateHeader()
+			if err == nil {
+				if err = checkFollows(b, prevNext, s); err != nil {
+					// Either this batch's or the previous one's base
+					// offset is damaged: return neither.
+					keep -= lastLen
+				}
+			}
+			if err == nil {
+				if _, _, serr := SplitBatch(r); serr != nil {
+					// b is the last whole batch read: check it against
+					// the header after it, which no later step sees.
+					err = l.checkNextHeader(b, pos+int64(keep+len(b)), s)
+				}
+			}
+			if err != nil {
 				if keep == 0 {
 					return 0, fmt.Errorf("segment %s position %d: %w", s.path(logSuffix), pos+int64(keep), err)
 				}
 				break // return the good batches; the next read reports it
 			}
 		}
+		prevNext, lastLen = b.NextOffset(), len(b)
 		keep += len(b)
 		rest = r
 	}
 	return keep, nil
+}
+
+// checkFollows checks the offsets of a batch read from s, which its CRC
+// does not cover: they must lie in the segment's range and start at or
+// after prevNext, where the batch before it ended.
+func checkFollows(b Batch, prevNext int64, s *segment) error {
+	if base, next := b.BaseOffset(), s.next.Load(); base < max(s.base, prevNext) || base >= next ||
+		int64(b.LastOffsetDelta()) >= next-base {
+		return fmt.Errorf("%w: batch offsets [%d, %d] do not follow %d inside the segment's [%d, %d)",
+			ErrCorrupt, base, b.LastOffset(), prevNext, s.base, next)
+	}
+	return nil
+}
+
+// checkNextHeader checks the last batch of a read against the header of
+// the batch after it at pos, if there is one: that batch must start after
+// it ends, or the last batch's base offset was damaged.
+func (l *Log) checkNextHeader(b Batch, pos int64, s *segment) error {
+	if pos >= s.size.Load() {
+		return nil
+	}
+	var hdr [BatchHeaderSize]byte
+	n, err := s.batchHeaderAt(pos, &hdr)
+	if err != nil {
+		return nil // that batch's own read reports its damage
+	}
+	if n.BaseOffset() < b.NextOffset() {
+		return fmt.Errorf("%w: batch offsets [%d, %d] overlap the next batch at %d", ErrCorrupt, b.BaseOffset(), b.LastOffset(), n.BaseOffset())
+	}
+	return nil
 }
 
 // ReadRegion is Read without copying: it returns the file region of the

@@ -218,7 +218,7 @@ func (s *segment) find(offset int64, maxBatch int) (pos int64, hdr Batch, ok boo
 	if rel < 0 {
 		rel = 0
 	}
-	pos = s.offIdx.lookup(int32(rel))
+	entryRel, pos, indexed := s.offIdx.lookupEntry(int32(rel))
 	var buf [BatchHeaderSize]byte
 	size := s.size.Load()
 	prevNext := s.base
@@ -227,6 +227,13 @@ func (s *segment) find(offset int64, maxBatch int) (pos int64, hdr Batch, ok boo
 		if err != nil {
 			return 0, nil, false, err
 		}
+		if indexed && b.LastOffset() != s.base+int64(entryRel) {
+			// An index entry holds the last offset of the batch at its
+			// position: a header that disagrees is damaged (or the index).
+			return 0, nil, false, fmt.Errorf("%w: batch at position %d of %s ends at offset %d, its index entry says %d",
+				ErrCorrupt, pos, s.path(logSuffix), b.LastOffset(), s.base+int64(entryRel))
+		}
+		indexed = false
 		if b.BaseOffset() < prevNext {
 			return 0, nil, false, fmt.Errorf("%w: batch at position %d of %s starts at offset %d, before the previous batch ends (%d)",
 				ErrCorrupt, pos, s.path(logSuffix), b.BaseOffset(), prevNext)
