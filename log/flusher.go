@@ -3,6 +3,7 @@ package log
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/replog/replog/internal/vfs"
@@ -24,9 +25,21 @@ type flusher struct {
 	// Lock order: Log.mu before flushMu.
 	flushMu sync.Mutex
 
+	// stepMu serializes steps (a shared scheduler may run them on any
+	// worker) and guards the fields below it.
+	stepMu                              sync.Mutex
+	stopped                             bool
+	nextSync, nextRetention, nextExpiry time.Time
+
+	// A standalone Log's flusher has its own goroutine (kick, stopCh,
+	// done); a Manager's logs share the Manager's scheduler instead.
+	sched  *scheduler
 	kick   chan struct{}
 	stopCh chan struct{}
 	done   chan struct{}
+
+	queued atomic.Bool  // in the scheduler's queue
+	due    atomic.Int64 // unix nanos when timed work is next due (scheduler)
 }
 
 // rolled is a segment waiting for its background flush, with the
@@ -44,62 +57,53 @@ type deletion struct {
 
 func startFlusher(l *Log) *flusher {
 	f := &flusher{l: l, kick: make(chan struct{}, 1), stopCh: make(chan struct{}), done: make(chan struct{})}
+	now := l.now()
+	f.nextSync = now.Add(l.opts.SyncInterval)
+	f.nextRetention = now.Add(l.opts.RetentionCheckInterval)
+	f.nextExpiry = now.Add(l.opts.ProducerExpiryCheckInterval)
+	l.bg = f // before any step can run and use it
+	if s := l.opts.sched; s != nil {
+		f.sched = s
+		s.register(f)
+		close(f.done)
+		return f
+	}
 	go f.run()
 	return f
 }
 
 func (f *flusher) wake() {
+	if f.sched != nil {
+		f.sched.kick(f)
+		return
+	}
 	select {
 	case f.kick <- struct{}{}:
 	default:
 	}
 }
 
-// stop ends the goroutine and waits for it.
+// stop ends the background work and waits for a step in progress.
 func (f *flusher) stop() {
+	if f.sched != nil {
+		f.sched.unregister(f)
+		f.stepMu.Lock()
+		f.stopped = true
+		f.stepMu.Unlock()
+		return
+	}
 	close(f.stopCh)
 	<-f.done
 }
 
+// run is the goroutine of a standalone Log's flusher.
 func (f *flusher) run() {
 	defer close(f.done)
-	l := f.l
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	nextSync := l.now().Add(l.opts.SyncInterval)
-	nextRetention := l.now().Add(l.opts.RetentionCheckInterval)
-	nextExpiry := l.now().Add(l.opts.ProducerExpiryCheckInterval)
 	for {
-		if err := f.flushRolled(); err != nil {
-			l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
-		}
-		now := l.now()
-		f.deleteDue(now)
-		if l.opts.SyncInterval > 0 && !now.Before(nextSync) {
-			_ = l.Sync() // a failure is sticky and reported by later calls
-			nextSync = now.Add(l.opts.SyncInterval)
-		}
-		if l.opts.RetentionCheckInterval > 0 && !now.Before(nextRetention) {
-			if _, err := l.ApplyRetention(); err != nil {
-				l.opts.Logger.Warn("replog/log: retention failed", "dir", l.dir, "err", err)
-			}
-			nextRetention = now.Add(l.opts.RetentionCheckInterval)
-		}
-		if !now.Before(nextExpiry) {
-			l.expireProducers()
-			nextExpiry = now.Add(l.opts.ProducerExpiryCheckInterval)
-		}
-		wait := min(time.Hour, nextExpiry.Sub(now))
-		if d, ok := f.nextDeletion(); ok {
-			wait = min(wait, d.Sub(now))
-		}
-		if l.opts.SyncInterval > 0 {
-			wait = min(wait, nextSync.Sub(now))
-		}
-		if l.opts.RetentionCheckInterval > 0 {
-			wait = min(wait, nextRetention.Sub(now))
-		}
-		timer.Reset(max(wait, time.Millisecond))
+		next := f.step()
+		timer.Reset(max(next.Sub(f.l.now()), time.Millisecond))
 		select {
 		case <-f.stopCh:
 			return
@@ -107,6 +111,55 @@ func (f *flusher) run() {
 		case <-timer.C:
 		}
 	}
+}
+
+// step does the background work that is due: roll flushes, deletions,
+// interval sync, retention and producer expiry. It returns when timed work
+// is next due. One step runs at a time.
+func (f *flusher) step() time.Time {
+	f.stepMu.Lock()
+	defer f.stepMu.Unlock()
+	l := f.l
+	if f.stopped {
+		return l.now().Add(time.Hour)
+	}
+	if err := f.flushRolled(); err != nil {
+		l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
+	}
+	now := l.now()
+	f.deleteDue(now)
+	if l.opts.SyncInterval > 0 && !now.Before(f.nextSync) {
+		_ = l.Sync() // a failure is sticky and reported by later calls
+		f.nextSync = now.Add(l.opts.SyncInterval)
+	}
+	if l.opts.RetentionCheckInterval > 0 && !now.Before(f.nextRetention) {
+		if _, err := l.ApplyRetention(); err != nil {
+			l.opts.Logger.Warn("replog/log: retention failed", "dir", l.dir, "err", err)
+		}
+		f.nextRetention = now.Add(l.opts.RetentionCheckInterval)
+	}
+	if !now.Before(f.nextExpiry) {
+		l.expireProducers()
+		f.nextExpiry = now.Add(l.opts.ProducerExpiryCheckInterval)
+	}
+	next := f.nextExpiry
+	if d, ok := f.nextDeletion(); ok {
+		next = minTime(next, d)
+	}
+	if l.opts.SyncInterval > 0 {
+		next = minTime(next, f.nextSync)
+	}
+	if l.opts.RetentionCheckInterval > 0 {
+		next = minTime(next, f.nextRetention)
+	}
+	return minTime(next, now.Add(time.Hour))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // enqueueRolled queues a just-rolled segment for flushing.

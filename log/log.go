@@ -87,7 +87,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.closeFiles()
 		return nil, fmt.Errorf("replog/log: open %s: %w", dir, err)
 	}
-	l.bg = startFlusher(l)
+	startFlusher(l) // sets l.bg
 	return l, nil
 }
 

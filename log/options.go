@@ -94,6 +94,9 @@ type Options struct {
 	// syncRollInline makes roll fsync on the append path, as Kafka did
 	// before KAFKA-15046; only benchmarks set it, to measure the baseline.
 	syncRollInline bool
+	// sched, when set by a Manager, runs the background work on the
+	// Manager's shared workers instead of a goroutine of the Log's own.
+	sched *scheduler
 }
 
 // withDefaults returns a copy of o with zero fields set to their defaults,

@@ -1,0 +1,126 @@
+package log
+
+import (
+	"sync"
+	"time"
+)
+
+// scheduler runs the background work of many logs on a fixed number of
+// worker goroutines, so a Manager's goroutine count does not grow with its
+// logs. Logs are queued when kicked (a roll to flush, a deletion) and,
+// by a ticker, when their timed work is due.
+type scheduler struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []*flusher
+	flushers map[*flusher]struct{}
+	closed   bool
+	tick     time.Duration
+	now      func() time.Time
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// newScheduler starts workers goroutines and a ticker checking due work
+// every tick.
+func newScheduler(workers int, tick time.Duration, now func() time.Time) *scheduler {
+	s := &scheduler{flushers: map[*flusher]struct{}{}, tick: tick, now: now, stop: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	for i := 0; i < workers; i++ {
+		s.wg.Add(1)
+		go s.work()
+	}
+	s.wg.Add(1)
+	go s.ticker()
+	return s
+}
+
+func (s *scheduler) register(f *flusher) {
+	s.mu.Lock()
+	s.flushers[f] = struct{}{}
+	s.mu.Unlock()
+	s.kick(f)
+}
+
+func (s *scheduler) unregister(f *flusher) {
+	s.mu.Lock()
+	delete(s.flushers, f)
+	s.mu.Unlock()
+}
+
+// kick queues f unless it is queued already.
+func (s *scheduler) kick(f *flusher) {
+	if f.queued.Swap(true) {
+		return
+	}
+	s.mu.Lock()
+	s.queue = append(s.queue, f)
+	s.mu.Unlock()
+	s.cond.Signal()
+}
+
+// queued returns how many logs wait for a worker.
+func (s *scheduler) queueLen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
+func (s *scheduler) work() {
+	defer s.wg.Done()
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.closed {
+			s.cond.Wait()
+		}
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		f := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		f.queued.Store(false)
+		next := f.step()
+		f.due.Store(next.UnixNano())
+	}
+}
+
+func (s *scheduler) ticker() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.tick)
+	defer t.Stop()
+	var due []*flusher
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		now := s.now().UnixNano()
+		due = due[:0]
+		s.mu.Lock()
+		for f := range s.flushers {
+			if d := f.due.Load(); d != 0 && d <= now {
+				due = append(due, f)
+			}
+		}
+		s.mu.Unlock()
+		for _, f := range due {
+			s.kick(f)
+		}
+	}
+}
+
+// close stops the workers and the ticker and waits for them. Logs must
+// have been closed first.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	close(s.stop)
+	s.wg.Wait()
+}
