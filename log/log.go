@@ -51,7 +51,7 @@ type Log struct {
 	stats   statCounters
 	rng     *rand.Rand // segment jitter, under mu
 
-	truncations atomic.Uint64 // counts truncations, so Readers notice them
+	truncations truncationMarks // where truncations cut the log, so Readers notice them
 
 	closed atomic.Bool
 	failed atomic.Pointer[error] // sticky fsync failure

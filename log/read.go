@@ -88,12 +88,15 @@ func (l *Log) regionEnd(s *segment, end int64) (int64, error) {
 // (offsets are per batch). Each batch's CRC is verified unless
 // Options.SkipReadCRC is set. Read never blocks appends.
 func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
+	// The bounds are checked under readMu: segment deletion and
+	// truncation take it after moving them, so a read cannot find the
+	// segments after a deletion with an offset checked before it.
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
 	end, err := l.readBounds(offset, o)
 	if err != nil || offset == end {
 		return dst, err
 	}
-	l.readMu.RLock()
-	defer l.readMu.RUnlock()
 	s, pos, hdr, ok, err := l.locate(offset, end)
 	if err != nil || !ok {
 		return dst, err
@@ -209,12 +212,15 @@ func (l *Log) checkNextHeader(b Batch, pos int64, s *segment) error {
 // means there is nothing to read at offset yet. The bytes are not
 // verified.
 func (l *Log) ReadRegion(offset int64, o ReadOptions) (Region, error) {
+	// The bounds are checked under readMu: segment deletion and
+	// truncation take it after moving them, so a read cannot find the
+	// segments after a deletion with an offset checked before it.
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
 	end, err := l.readBounds(offset, o)
 	if err != nil || offset == end {
 		return Region{FirstOffset: offset, NextOffset: offset}, err
 	}
-	l.readMu.RLock()
-	defer l.readMu.RUnlock()
 	s, pos, hdr, ok, err := l.locate(offset, end)
 	if err != nil || !ok {
 		return Region{FirstOffset: offset, NextOffset: offset}, err

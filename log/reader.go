@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/replog/replog/compression"
 )
@@ -53,9 +56,14 @@ type Reader struct {
 	opts ReaderOptions
 	next int64 // offset of the next record to return
 
+	// wait is the offset the end of the readable range must pass before
+	// the next batch is readable: next, or the last offset of a batch
+	// held back because it straddles the end.
+	wait int64
+
 	seg   *segment
-	pos   int64 // file position in seg of the next batch to read
-	gen   uint64
+	pos   int64  // file position in seg of the next batch to read
+	gen   uint64 // truncation generation the position is valid in
 	buf   []byte
 	batch []byte // unread part of buf
 	it    RecordIterator
@@ -67,7 +75,7 @@ func (l *Log) NewReader(offset int64, o ReaderOptions) *Reader {
 	if o.BufferBytes <= 0 {
 		o.BufferBytes = DefaultReadMaxBytes
 	}
-	return &Reader{l: l, opts: o, next: offset}
+	return &Reader{l: l, opts: o, next: offset, gen: l.truncations.gen.Load()}
 }
 
 // Offset is the offset of the next record Next will return.
@@ -76,6 +84,7 @@ func (r *Reader) Offset() int64 { return r.next }
 // SetOffset moves the reader to offset.
 func (r *Reader) SetOffset(offset int64) {
 	r.next, r.seg, r.batch = offset, nil, nil
+	r.gen = r.l.truncations.gen.Load()
 }
 
 // Next returns the next batch, waiting (until ctx ends) at the end of the
@@ -91,7 +100,7 @@ func (r *Reader) Next(ctx context.Context) (Batch, error) {
 		if err != nil || b != nil {
 			return b, err
 		}
-		if err := r.l.WaitForData(ctx, r.next, r.opts.UpToHighWatermark); err != nil {
+		if err := r.l.WaitForData(ctx, max(r.next, r.wait), r.opts.UpToHighWatermark); err != nil {
 			return nil, err
 		}
 	}
@@ -102,57 +111,106 @@ func (r *Reader) TryNext() (Batch, error) { return r.tryNext() }
 
 func (r *Reader) tryNext() (Batch, error) {
 	l := r.l
-	if l.closed.Load() {
-		return nil, ErrClosed
-	}
-	if gen := l.truncations.Load(); gen != r.gen {
-		r.gen, r.seg, r.batch = gen, nil, nil
-		if end := l.leo.Load(); r.next > end {
-			r.next = end
-			return nil, fmt.Errorf("%w: now ending at %d", ErrTruncated, end)
+	for {
+		if l.closed.Load() {
+			return nil, ErrClosed
 		}
-	}
-	end := l.leo.Load()
-	if r.opts.UpToHighWatermark {
-		end = l.HighWatermark()
-	}
-	if start := l.logStart.Load(); r.next < start {
-		r.seg, r.batch = nil, nil
-		return nil, &OutOfRangeError{Offset: r.next, LogStartOffset: start}
-	}
-	if r.next >= end {
-		return nil, nil
-	}
-	if len(r.batch) == 0 {
-		if err := r.fill(end); err != nil || len(r.batch) == 0 {
+		if err := r.checkTruncated(); err != nil {
 			return nil, err
 		}
+		end := l.leo.Load()
+		if r.opts.UpToHighWatermark {
+			end = l.HighWatermark()
+		}
+		if start := l.logStart.Load(); r.next < start {
+			r.seg, r.batch = nil, nil
+			return nil, &OutOfRangeError{Offset: r.next, LogStartOffset: start}
+		}
+		r.wait = r.next
+		if r.next >= end {
+			return nil, nil
+		}
+		if len(r.batch) == 0 {
+			retry, err := r.fill(end)
+			if err != nil {
+				return nil, err
+			}
+			if retry {
+				continue
+			}
+			if len(r.batch) == 0 {
+				return nil, nil
+			}
+		}
+		b, rest, err := SplitBatch(r.batch)
+		if err != nil {
+			return nil, err
+		}
+		if b.NextOffset() > end {
+			// Not readable yet: above the high watermark, or written and
+			// not yet published by its append. Read it again from the
+			// file once the end passes it.
+			r.pos -= int64(len(r.batch))
+			r.batch = nil
+			r.wait = b.LastOffset()
+			return nil, nil
+		}
+		r.batch, r.cur = rest, b
+		r.next = max(r.next, b.NextOffset())
+		return b, nil
 	}
-	b, rest, err := SplitBatch(r.batch)
-	if err != nil {
-		return nil, err
+}
+
+// checkTruncated reports a truncation below the reader's position since
+// it last looked, even if the log has grown past the position again: the
+// reader moves to where the lowest such truncation cut the log.
+func (r *Reader) checkTruncated() error {
+	t := &r.l.truncations
+	if t.gen.Load() == r.gen {
+		return nil
 	}
-	if b.BaseOffset() >= end {
-		r.batch = nil
-		return nil, nil
+	cut, gen := t.lowestSince(r.gen)
+	r.gen, r.seg, r.batch = gen, nil, nil
+	if r.next > cut {
+		r.next = cut
+		return fmt.Errorf("%w: reading again from %d", ErrTruncated, cut)
 	}
-	r.batch, r.cur = rest, b
-	r.next = max(r.next, b.NextOffset())
-	return b, nil
+	return nil
 }
 
 // fill reads the next chunk of whole batches below end into the buffer.
-func (r *Reader) fill(end int64) error {
+// It returns retry when the log was truncated or its start moved since
+// tryNext looked, which must then look again.
+func (r *Reader) fill(end int64) (retry bool, err error) {
 	l := r.l
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
-	if r.seg == nil || !r.segmentListed() || r.pos >= r.seg.size.Load() {
+	// Truncation and segment deletion hold readMu exclusively: from here
+	// on the position cannot move under the reader.
+	if l.truncations.gen.Load() != r.gen || r.next < l.logStart.Load() {
+		return true, nil
+	}
+	i := r.segmentIndex()
+	switch {
+	case i < 0:
 		if err := r.locate(end); err != nil || r.seg == nil {
-			return err
+			return false, err
 		}
+	case r.pos >= r.seg.size.Load():
+		// Past the end of its segment: the next one starts with the
+		// next batch (offsets between them, a follower's gap, do not
+		// exist), with no index search.
+		segs := l.segments()
+		if i+1 >= len(segs) {
+			return false, nil
+		}
+		r.seg, r.pos = segs[i+1], 0
 	}
 	s := r.seg
 	avail := s.size.Load() - r.pos
+	if avail <= 0 {
+		return false, nil
+	}
 	n := min(int64(r.opts.BufferBytes), avail)
 	if cap(r.buf) < int(n) {
 		r.buf = make([]byte, n)
@@ -160,36 +218,43 @@ func (r *Reader) fill(end int64) error {
 	buf := r.buf[:n]
 	m, err := s.readAt(buf, r.pos)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if m < BatchHeaderSize {
-		return fmt.Errorf("%w: partial batch header at position %d of %s", ErrCorrupt, r.pos, s.path(logSuffix))
+		return false, fmt.Errorf("%w: partial batch header at position %d of %s", ErrCorrupt, r.pos, s.path(logSuffix))
 	}
 	if size := int64(Batch(buf).Size()); size > int64(m) {
 		// The next batch is larger than the buffer: read it whole.
 		if size < BatchHeaderSize || size > avail || size > int64(l.opts.MaxBatchBytes) {
-			return fmt.Errorf("%w: batch at position %d of %s claims %d bytes", ErrCorrupt, r.pos, s.path(logSuffix), size)
+			return false, fmt.Errorf("%w: batch at position %d of %s claims %d bytes", ErrCorrupt, r.pos, s.path(logSuffix), size)
 		}
 		r.buf = make([]byte, size)
 		if m, err = s.readAt(r.buf, r.pos); err != nil {
-			return err
+			return false, err
 		}
 		buf = r.buf
 	}
 	keep, err := l.wholeBatches(buf[:m], r.pos, s)
 	if err != nil {
-		return err
+		return false, err
 	}
 	r.batch = buf[:keep]
 	r.pos += int64(keep)
-	return nil
+	return false, nil
 }
 
-// segmentListed reports whether the reader's segment is still in the log.
-func (r *Reader) segmentListed() bool {
+// segmentIndex returns the index of the reader's segment in the log's
+// list, or -1 when it has none or it is no longer listed.
+func (r *Reader) segmentIndex() int {
+	if r.seg == nil {
+		return -1
+	}
 	segs := r.l.segments()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base >= r.seg.base })
-	return i < len(segs) && segs[i] == r.seg
+	if i < len(segs) && segs[i] == r.seg {
+		return i
+	}
+	return -1
 }
 
 // locate finds the segment and position of r.next through the index.
@@ -218,4 +283,58 @@ func (r *Reader) Records(local *compression.Local) (*RecordIterator, error) {
 		return nil, err
 	}
 	return &r.it, nil
+}
+
+// truncationMarks tells Readers where truncations cut the log. gen counts
+// truncations; a Reader remembers the gen its position is valid in and,
+// when gen moved, asks for the lowest cut since, which it cannot learn
+// from the log end once the log has grown again.
+type truncationMarks struct {
+	gen atomic.Uint64
+
+	mu sync.Mutex
+	// marks holds (gen, cut) pairs with gen and cut both increasing: a
+	// mark at or above a later cut tells no reader anything more.
+	marks []truncationMark
+}
+
+type truncationMark struct {
+	gen uint64
+	cut int64
+}
+
+// maxTruncationMarks bounds the marks kept. Past it the two oldest merge
+// into the lower cut: a reader that slept through both is sent back
+// further than needed, never past data it has not seen.
+const maxTruncationMarks = 64
+
+// add records a truncation to cut and moves gen. Callers hold readMu
+// exclusively.
+func (t *truncationMarks) add(cut int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gen := t.gen.Load() + 1
+	k := len(t.marks)
+	for k > 0 && t.marks[k-1].cut >= cut {
+		k--
+	}
+	t.marks = append(t.marks[:k], truncationMark{gen, cut})
+	if len(t.marks) > maxTruncationMarks {
+		t.marks[1].cut = t.marks[0].cut
+		t.marks = append(t.marks[:0], t.marks[1:]...)
+	}
+	t.gen.Store(gen)
+}
+
+// lowestSince returns the lowest cut of the truncations after gen, and
+// the current gen.
+func (t *truncationMarks) lowestSince(gen uint64) (cut int64, now uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range t.marks {
+		if m.gen > gen {
+			return m.cut, t.gen.Load()
+		}
+	}
+	return math.MaxInt64, t.gen.Load()
 }

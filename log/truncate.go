@@ -124,7 +124,7 @@ func (l *Log) recomputeTail(s *segment) error {
 
 // afterTruncation lowers the offsets that may now point past the end.
 func (l *Log) afterTruncation(newLEO int64) {
-	l.truncations.Add(1)
+	l.truncations.add(newLEO)
 	l.leo.Store(newLEO)
 	if l.hw.Load() > newLEO {
 		l.hw.Store(newLEO)
@@ -180,7 +180,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 		}
 	}
 	l.producers = newProducerState()
-	l.truncations.Add(1)
+	l.truncations.add(offset)
 	if err := l.clearEpochs(); err != nil {
 		return l.fail(err)
 	}
