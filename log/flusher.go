@@ -214,7 +214,7 @@ func (f *flusher) flushRolled() error {
 	}
 	rp := l.segmentAfter(pending[len(pending)-1].seg)
 	if rp > l.recoveryPt.Load() {
-		if err := l.writeRecoveryPoint(rp); err != nil {
+		if err := l.storeRecoveryPoint(rp, false); err != nil {
 			return err
 		}
 		l.markDurable(rp)
@@ -252,6 +252,9 @@ func (f *flusher) deleteLater(s *segment) error {
 		p := s.path(suffix)
 		if err := l.opts.FS.Rename(p, p+deletedSuffix); err != nil && !os.IsNotExist(err) {
 			return err
+		}
+		if cf, ok := s.file.(*cachedFile); ok && suffix == logSuffix {
+			cf.rename(p + deletedSuffix)
 		}
 	}
 	if err := l.deleteSnapshot(s.base); err != nil {

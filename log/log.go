@@ -78,7 +78,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l := &Log{
 		dir:  dir,
 		opts: o,
-		seg:  segConfig{fs: o.FS, dir: dir, interval: o.IndexIntervalBytes},
+		seg:  segConfig{fs: o.FS, dir: dir, interval: o.IndexIntervalBytes, files: o.files},
 		rng:  rand.New(rand.NewPCG(uint64(o.Now().UnixNano()), 0x5eed)),
 	}
 	l.sync.init()
@@ -210,7 +210,7 @@ func (l *Log) cleanShutdown() error {
 	if err := l.opts.FS.SyncDir(l.dir); err != nil {
 		return l.fail(err)
 	}
-	if err := l.writeRecoveryPoint(leo); err != nil {
+	if err := l.storeRecoveryPoint(leo, false); err != nil {
 		return err
 	}
 	if err := writeOffsetCheckpoint(l.opts.FS, l.path(highWatermarkFile), l.HighWatermark()); err != nil {
@@ -236,13 +236,34 @@ func (l *Log) closeFiles() error {
 
 func (l *Log) path(name string) string { return l.dir + string(os.PathSeparator) + name }
 
-// writeRecoveryPoint persists rp and publishes it.
-func (l *Log) writeRecoveryPoint(rp int64) error {
-	if err := writeOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile), rp); err != nil {
+// writeRecoveryPoint persists rp durably before returning and publishes
+// it; callers that rely on it for correctness (gaps, truncation) use it.
+func (l *Log) writeRecoveryPoint(rp int64) error { return l.storeRecoveryPoint(rp, true) }
+
+// storeRecoveryPoint persists and publishes rp. Without urgent a
+// Manager may batch it into its checkpoint later: an older recovery
+// point only makes recovery scan more.
+func (l *Log) storeRecoveryPoint(rp int64, urgent bool) error {
+	if err := l.persistRecoveryPoint(rp, urgent); err != nil {
 		return l.fail(err)
 	}
 	l.recoveryPt.Store(rp)
 	return nil
+}
+
+func (l *Log) persistRecoveryPoint(rp int64, urgent bool) error {
+	if st := l.opts.recoveryPoints; st != nil {
+		return st.store(l.dir, rp, urgent)
+	}
+	return writeOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile), rp)
+}
+
+func (l *Log) loadRecoveryPoint() (int64, bool, error) {
+	if st := l.opts.recoveryPoints; st != nil {
+		rp, ok := st.load(l.dir)
+		return rp, ok, nil
+	}
+	return readOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile))
 }
 
 // now returns the log's clock.

@@ -97,6 +97,18 @@ type Options struct {
 	// sched, when set by a Manager, runs the background work on the
 	// Manager's shared workers instead of a goroutine of the Log's own.
 	sched *scheduler
+	// files, when set by a Manager, bounds the open segment files.
+	files *fileCache
+	// recoveryPoints, when set by a Manager, keeps the recovery point in
+	// the Manager's one checkpoint file instead of the log's own.
+	recoveryPoints recoveryPointStore
+}
+
+// recoveryPointStore keeps the recovery points of many logs.
+type recoveryPointStore interface {
+	load(dir string) (int64, bool)
+	// store records rp; with urgent it is durable before store returns.
+	store(dir string, rp int64, urgent bool) error
 }
 
 // withDefaults returns a copy of o with zero fields set to their defaults,

@@ -26,7 +26,7 @@ func (l *Log) load() error {
 	if err != nil {
 		l.opts.Logger.Warn("replog/log: unreadable clean-shutdown marker; recovering", "dir", l.dir, "err", err)
 	}
-	rp, ok, err := readOffsetCheckpoint(fs, l.path(recoveryPointFile))
+	rp, ok, err := l.loadRecoveryPoint()
 	if err != nil || !ok {
 		rp, clean = 0, false // no trustworthy recovery point: scan everything
 	}
@@ -122,7 +122,7 @@ func (l *Log) restartEmptyAt(logStart, end int64) error {
 	if err := l.opts.FS.SyncDir(l.dir); err != nil {
 		return err
 	}
-	if err := writeOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile), logStart); err != nil {
+	if err := l.persistRecoveryPoint(logStart, true); err != nil {
 		return err
 	}
 	l.recoveryPt.Store(logStart)
@@ -289,7 +289,7 @@ func (l *Log) syncRecovered(segs []*segment) error {
 	}
 	act := l.active()
 	leo := act.next.Load()
-	if err := writeOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile), act.base); err != nil {
+	if err := l.persistRecoveryPoint(act.base, false); err != nil {
 		return err
 	}
 	l.recoveryPt.Store(act.base)

@@ -27,7 +27,17 @@ const (
 type segConfig struct {
 	fs       vfs.FS
 	dir      string
-	interval int // index interval bytes
+	interval int        // index interval bytes
+	files    *fileCache // nil: segment files stay open
+}
+
+// openFile opens a segment file, through the Manager's file cache when
+// the log belongs to one.
+func (c segConfig) openFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	if c.files != nil {
+		return c.files.openFile(name, flag, perm)
+	}
+	return c.fs.OpenFile(name, flag, perm)
 }
 
 // segmentName is the 20-digit, zero-padded base offset Kafka uses.
@@ -79,7 +89,7 @@ func newSegmentValue(c segConfig, base int64, f vfs.File, indexesLoaded bool) *s
 // Stale files of the same name (from a truncation) are replaced.
 func createSegment(c segConfig, base int64, now time.Time) (*segment, error) {
 	name := filepath.Join(c.dir, segmentName(base)+logSuffix)
-	f, err := c.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := c.openFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +106,7 @@ func createSegment(c segConfig, base int64, now time.Time) (*segment, error) {
 
 // openSegment opens an existing segment file; its indexes load lazily.
 func openSegment(c segConfig, base int64) (*segment, error) {
-	f, err := c.fs.OpenFile(filepath.Join(c.dir, segmentName(base)+logSuffix), os.O_RDWR, 0)
+	f, err := c.openFile(filepath.Join(c.dir, segmentName(base)+logSuffix), os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,251 @@
+package log
+
+import (
+	"container/list"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// fileCache bounds the number of segment files a Manager keeps open: a
+// segment's file is opened when used and closed again, least recently
+// used first, when more than max are open and idle. Safe for concurrent
+// use.
+type fileCache struct {
+	fs  vfs.FS
+	max int
+
+	mu    sync.Mutex
+	idle  list.List // open, unused files; most recently used at the front
+	open  int
+	opens atomic.Int64
+}
+
+func newFileCache(fs vfs.FS, max int) *fileCache {
+	return &fileCache{fs: fs, max: max}
+}
+
+// openFiles is how many files the cache holds open.
+func (c *fileCache) openFiles() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open
+}
+
+// openFile opens name and returns a handle whose file may be closed and
+// reopened (without O_CREATE, O_TRUNC, O_EXCL) behind it.
+func (c *fileCache) openFile(name string, flag int, perm os.FileMode) (*cachedFile, error) {
+	cf := &cachedFile{c: c, name: name, flag: flag &^ (os.O_CREATE | os.O_TRUNC | os.O_EXCL)}
+	f, err := c.fs.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	c.opens.Add(1)
+	c.mu.Lock()
+	cf.f = f
+	c.open++
+	cf.elem = c.idle.PushFront(cf)
+	toClose := c.evictLocked()
+	c.mu.Unlock()
+	closeAll(toClose)
+	return cf, nil
+}
+
+// evictLocked takes idle files off the list while too many are open and
+// returns them to be closed outside the lock.
+func (c *fileCache) evictLocked() []vfs.File {
+	var out []vfs.File
+	for c.open > c.max && c.idle.Len() > 0 {
+		cf := c.idle.Remove(c.idle.Back()).(*cachedFile)
+		cf.elem = nil
+		out = append(out, cf.f)
+		cf.f = nil
+		c.open--
+	}
+	return out
+}
+
+func closeAll(files []vfs.File) {
+	for _, f := range files {
+		_ = f.Close() // data stays in the page cache; fsync works on a later handle
+	}
+}
+
+// cachedFile is a segment file whose descriptor the cache may close when
+// idle; every operation reopens it if needed. It satisfies vfs.File.
+type cachedFile struct {
+	c    *fileCache
+	flag int
+
+	// guarded by c.mu
+	name   string
+	f      vfs.File
+	refs   int
+	elem   *list.Element
+	closed bool
+}
+
+// acquire returns the open file, opening it if it was evicted.
+func (cf *cachedFile) acquire() (vfs.File, error) {
+	c := cf.c
+	c.mu.Lock()
+	if cf.closed {
+		c.mu.Unlock()
+		return nil, os.ErrClosed
+	}
+	if cf.elem != nil {
+		c.idle.Remove(cf.elem)
+		cf.elem = nil
+	}
+	cf.refs++
+	if cf.f != nil {
+		c.mu.Unlock()
+		return cf.f, nil
+	}
+	name := cf.name
+	c.mu.Unlock()
+	f, err := c.fs.OpenFile(name, cf.flag, 0)
+	c.mu.Lock()
+	if err != nil {
+		cf.refs--
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.opens.Add(1)
+	var extra vfs.File
+	if cf.f == nil {
+		cf.f = f
+		c.open++
+	} else {
+		extra = f // another goroutine reopened it meanwhile
+	}
+	f = cf.f
+	toClose := c.evictLocked()
+	c.mu.Unlock()
+	if extra != nil {
+		toClose = append(toClose, extra)
+	}
+	closeAll(toClose)
+	return f, nil
+}
+
+// release ends a use; an idle file goes back on the list.
+func (cf *cachedFile) release() {
+	c := cf.c
+	c.mu.Lock()
+	cf.refs--
+	var toClose []vfs.File
+	if cf.refs == 0 && cf.f != nil {
+		if cf.closed {
+			toClose = []vfs.File{cf.f}
+			cf.f = nil
+			c.open--
+		} else {
+			cf.elem = c.idle.PushFront(cf)
+			toClose = c.evictLocked()
+		}
+	}
+	c.mu.Unlock()
+	closeAll(toClose)
+}
+
+// rename records that the file was renamed, for later reopens.
+func (cf *cachedFile) rename(name string) {
+	cf.c.mu.Lock()
+	cf.name = name
+	cf.c.mu.Unlock()
+}
+
+// ReadAt implements io.ReaderAt.
+func (cf *cachedFile) ReadAt(p []byte, off int64) (int, error) {
+	f, err := cf.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer cf.release()
+	return f.ReadAt(p, off)
+}
+
+// WriteAt implements io.WriterAt.
+func (cf *cachedFile) WriteAt(p []byte, off int64) (int, error) {
+	f, err := cf.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer cf.release()
+	return f.WriteAt(p, off)
+}
+
+// Sync fsyncs the file.
+func (cf *cachedFile) Sync() error {
+	f, err := cf.acquire()
+	if err != nil {
+		return err
+	}
+	defer cf.release()
+	return f.Sync()
+}
+
+// Datasync fdatasyncs the file (see vfs.Datasync).
+func (cf *cachedFile) Datasync() error {
+	f, err := cf.acquire()
+	if err != nil {
+		return err
+	}
+	defer cf.release()
+	return vfs.Datasync(f)
+}
+
+// Truncate changes the file's size.
+func (cf *cachedFile) Truncate(size int64) error {
+	f, err := cf.acquire()
+	if err != nil {
+		return err
+	}
+	defer cf.release()
+	return f.Truncate(size)
+}
+
+// Stat returns the file's metadata.
+func (cf *cachedFile) Stat() (os.FileInfo, error) {
+	f, err := cf.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer cf.release()
+	return f.Stat()
+}
+
+// Name returns the file's current name.
+func (cf *cachedFile) Name() string {
+	cf.c.mu.Lock()
+	defer cf.c.mu.Unlock()
+	return cf.name
+}
+
+// Close closes the file now, or when its last use ends.
+func (cf *cachedFile) Close() error {
+	c := cf.c
+	c.mu.Lock()
+	if cf.closed {
+		c.mu.Unlock()
+		return os.ErrClosed
+	}
+	cf.closed = true
+	var f vfs.File
+	if cf.refs == 0 && cf.f != nil {
+		if cf.elem != nil {
+			c.idle.Remove(cf.elem)
+			cf.elem = nil
+		}
+		f, cf.f = cf.f, nil
+		c.open--
+	}
+	c.mu.Unlock()
+	if f != nil {
+		return f.Close()
+	}
+	return nil
+}

@@ -1,0 +1,371 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Manager defaults.
+const (
+	DefaultManagerWorkers         = 4
+	DefaultManagerRecoveryWorkers = 4
+	DefaultMaxOpenFiles           = 1024
+	defaultSchedulerTick          = 100 * time.Millisecond
+	defaultCheckpointInterval     = time.Second
+	managerCheckpointFile         = "recovery-point-offset-checkpoint"
+	deletedDirSuffix              = ".deleted"
+)
+
+// ErrLogExists and ErrNoSuchLog are returned by Manager.Create and
+// Manager.Delete.
+var (
+	ErrLogExists = errors.New("replog/log: log already exists")
+	ErrNoSuchLog = errors.New("replog/log: no such log")
+)
+
+// validLogName reports whether name can name a log (a directory name,
+// usually Kafka's "topic-partition"): 1 to 255 of [A-Za-z0-9._-], not
+// "." or "..".
+func validLogName(name string) bool {
+	if len(name) == 0 || len(name) > 255 || name == "." || name == ".." {
+		return false
+	}
+	for _, c := range []byte(name) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// ManagerOptions configure a Manager.
+type ManagerOptions struct {
+	// Log is the template for every log (FS, Logger and Now included).
+	Log Options
+	// Workers run the background work of all logs (default 4): the
+	// goroutine count does not grow with the number of logs.
+	Workers int
+	// RecoveryWorkers open (and recover) logs in parallel (default 4).
+	RecoveryWorkers int
+	// MaxOpenFiles bounds the segment files kept open across all logs
+	// (default 1024); others are opened when used.
+	MaxOpenFiles int
+	// CheckpointInterval is how often the recovery-point checkpoint of the
+	// data directory is written when it changed (default 1 s).
+	CheckpointInterval time.Duration
+}
+
+// Manager runs many logs under one data directory, one sub-directory per
+// log (Kafka names them "topic-partition"), with shared machinery: a fixed
+// pool of background workers, a bounded cache of open segment files, and
+// one recovery-point checkpoint file for the directory (written
+// atomically) instead of one per log. Logs keep the contract of Open.
+//
+//	<dir>/recovery-point-offset-checkpoint   0 / count / "<log name> <offset>" lines
+//	<dir>/orders-0/00000000000000000000.log   a log, as log.Open lays it out
+//	<dir>/orders-1/...
+//
+// A Manager is safe for concurrent use. Close closes every log and stops
+// every goroutine.
+type Manager struct {
+	dir   string
+	opts  ManagerOptions
+	sched *scheduler
+	files *fileCache
+
+	mu     sync.Mutex
+	logs   map[string]*Log
+	closed bool
+
+	rp rpStore
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// OpenManager opens every log under dir (creating dir if needed),
+// recovering them in parallel, and starts the shared workers.
+func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
+	lo, err := o.Log.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	o.Log = lo
+	if o.Workers <= 0 {
+		o.Workers = DefaultManagerWorkers
+	}
+	if o.RecoveryWorkers <= 0 {
+		o.RecoveryWorkers = DefaultManagerRecoveryWorkers
+	}
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = DefaultMaxOpenFiles
+	}
+	if o.CheckpointInterval <= 0 {
+		o.CheckpointInterval = defaultCheckpointInterval
+	}
+	fs := lo.FS
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	m.rp = rpStore{m: m, offsets: map[string]int64{}}
+	if err := m.rp.read(); err != nil {
+		return nil, err
+	}
+	m.sched = newScheduler(o.Workers, defaultSchedulerTick, lo.Now)
+	names, err := m.scanDir()
+	if err != nil {
+		m.sched.close()
+		return nil, err
+	}
+	if err := m.openAll(names); err != nil {
+		m.closeLogs()
+		m.sched.close()
+		return nil, err
+	}
+	go m.checkpointLoop()
+	return m, nil
+}
+
+// scanDir lists the log directories, removing logs left half-deleted.
+func (m *Manager) scanDir() ([]string, error) {
+	fs := m.opts.Log.FS
+	entries, err := fs.ReadDir(m.dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, n := range entries {
+		p := filepath.Join(m.dir, n)
+		st, err := fs.Stat(p)
+		if err != nil || !st.IsDir() {
+			continue
+		}
+		if filepath.Ext(n) == deletedDirSuffix {
+			if err := fs.RemoveAll(p); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if validLogName(n) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// openAll opens logs with RecoveryWorkers goroutines.
+func (m *Manager) openAll(names []string) error {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for i := 0; i < m.opts.RecoveryWorkers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range work {
+				l, err := Open(filepath.Join(m.dir, name), m.logOptions())
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("log %s: %w", name, err)
+				}
+				if err == nil {
+					m.logs[name] = l
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, n := range names {
+		work <- n
+	}
+	close(work)
+	wg.Wait()
+	return firstErr
+}
+
+func (m *Manager) logOptions() Options {
+	o := m.opts.Log
+	o.sched, o.files, o.recoveryPoints = m.sched, m.files, &m.rp
+	return o
+}
+
+// Dir is the data directory.
+func (m *Manager) Dir() string { return m.dir }
+
+// Create creates and opens a new, empty log called name.
+func (m *Manager) Create(name string) (*Log, error) {
+	if !validLogName(name) || filepath.Ext(name) == deletedDirSuffix {
+		return nil, fmt.Errorf("replog/log: invalid log name %q", name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if _, ok := m.logs[name]; ok {
+		return nil, fmt.Errorf("%w: %s", ErrLogExists, name)
+	}
+	l, err := Open(filepath.Join(m.dir, name), m.logOptions())
+	if err != nil {
+		return nil, err
+	}
+	if err := m.opts.Log.FS.SyncDir(m.dir); err != nil {
+		l.Close()
+		return nil, err
+	}
+	m.logs[name] = l
+	return l, nil
+}
+
+// Get returns the open log called name.
+func (m *Manager) Get(name string) (*Log, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.logs[name]
+	return l, ok
+}
+
+// Names returns the logs' names, sorted.
+func (m *Manager) Names() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.logs))
+	for n := range m.logs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Delete closes the log called name and removes its directory: it is
+// renamed to "<name>.deleted" durably first, so a crash midway finishes
+// the deletion at the next OpenManager.
+func (m *Manager) Delete(name string) error {
+	m.mu.Lock()
+	l, ok := m.logs[name]
+	delete(m.logs, name)
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrNoSuchLog, name)
+	}
+	_ = l.Close()
+	fs := m.opts.Log.FS
+	dir := filepath.Join(m.dir, name)
+	gone := dir + deletedDirSuffix
+	if err := fs.Rename(dir, gone); err != nil {
+		return err
+	}
+	if err := fs.SyncDir(m.dir); err != nil {
+		return err
+	}
+	m.rp.forget(dir)
+	return fs.RemoveAll(gone)
+}
+
+// ManagerStats is a snapshot of a Manager.
+type ManagerStats struct {
+	Logs      int
+	OpenFiles int   // segment files open in the shared cache
+	FileOpens int64 // segment file opens so far (cache misses)
+	Bytes     int64 // sum of all logs' sizes
+	// QueueLength is how many logs wait for a background worker.
+	QueueLength int
+}
+
+// Stats returns a snapshot of the Manager.
+func (m *Manager) Stats() ManagerStats {
+	m.mu.Lock()
+	logs := make([]*Log, 0, len(m.logs))
+	for _, l := range m.logs {
+		logs = append(logs, l)
+	}
+	m.mu.Unlock()
+	st := ManagerStats{Logs: len(logs), OpenFiles: m.files.openFiles(), FileOpens: m.files.opens.Load(), QueueLength: m.sched.queueLen()}
+	for _, l := range logs {
+		for _, s := range l.segments() {
+			st.Bytes += s.size.Load()
+		}
+	}
+	return st
+}
+
+// Close closes every log (cleanly, in parallel), writes the checkpoint and
+// stops the workers.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.done
+	err := m.closeLogs()
+	if werr := m.rp.write(); err == nil {
+		err = werr
+	}
+	m.sched.close()
+	return err
+}
+
+// closeLogs closes all logs with RecoveryWorkers goroutines.
+func (m *Manager) closeLogs() error {
+	m.mu.Lock()
+	logs := make([]*Log, 0, len(m.logs))
+	for _, l := range m.logs {
+		logs = append(logs, l)
+	}
+	m.logs = map[string]*Log{}
+	m.mu.Unlock()
+	work := make(chan *Log)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for i := 0; i < m.opts.RecoveryWorkers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range work {
+				if err := l.Close(); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, l := range logs {
+		work <- l
+	}
+	close(work)
+	wg.Wait()
+	return firstErr
+}
+
+// checkpointLoop writes the recovery-point checkpoint when it changed.
+func (m *Manager) checkpointLoop() {
+	defer close(m.done)
+	t := time.NewTicker(m.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			if err := m.rp.writeIfDirty(); err != nil {
+				m.opts.Log.Logger.Error("replog/log: writing the recovery-point checkpoint", "dir", m.dir, "err", err)
+			}
+		}
+	}
+}
