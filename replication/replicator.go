@@ -98,7 +98,8 @@ func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp)
 // ErrNotEnoughReplicas when the ISR is below MinInsyncReplicas, else
 // returns once the high watermark passed the batches (they are then on
 // every in-sync replica, fsynced unless RelaxedDurability), with
-// ErrNotLeader if leadership is lost first, or ctx's error. Retries of an
+// ErrNotLeader if leadership is lost first, ErrClosed if the Replicator
+// is closed first, or ctx's error. Retries of an
 // idempotent producer's batches return the original offsets.
 func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, error) {
 	info, p, leadCtx, err := r.node.appendAsLeader(tp, batches, acks)
@@ -121,9 +122,14 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 	defer cancel()
 	stop := context.AfterFunc(leadCtx, cancel)
 	defer stop()
+	stopClose := context.AfterFunc(r.ctx, cancel) // Close releases waiters too
+	defer stopClose()
 	err = p.log.WaitForData(waitCtx, info.LastOffset, true)
 	if err != nil && ctx.Err() == nil && leadCtx.Err() != nil {
 		return info, fmt.Errorf("%w: %s: leadership changed before the high watermark passed offset %d", ErrNotLeader, tp, info.LastOffset)
+	}
+	if err != nil && ctx.Err() == nil && r.ctx.Err() != nil {
+		return info, fmt.Errorf("%w: %s: replicator closed before the high watermark passed offset %d", ErrClosed, tp, info.LastOffset)
 	}
 	return info, err
 }
