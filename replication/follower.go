@@ -23,7 +23,7 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 		p.mu.Lock()
 		if p.role == roleFollower && p.leader == leader && !now.Before(p.backoffUntil) {
 			req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: tp,
-				CurrentLeaderEpoch: p.epoch, FetchOffset: p.log.LogEndOffset(), LastFetchedEpoch: p.log.LatestEpoch()})
+				CurrentLeaderEpoch: p.epoch, FetchOffset: p.log.LogEndOffset(), LastFetchedEpoch: lastBatchEpoch(p.log)})
 		}
 		p.mu.Unlock()
 	}
@@ -31,6 +31,23 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 		return nil
 	}
 	return req
+}
+
+// lastBatchEpoch is the epoch of l's last batch, or log.NoLeaderEpoch:
+// the latest cached epoch that starts below the log end. A node that led
+// an epoch without appending to it keeps that epoch's entry at its log
+// end; sent as LastFetchedEpoch, the leader (which never had that epoch)
+// reports a divergence whose truncation point is the log end, where
+// truncation changes nothing, and the follower never makes progress.
+func lastBatchEpoch(l *log.Log) int32 {
+	leo := l.LogEndOffset()
+	epochs := l.LeaderEpochs()
+	for i := len(epochs) - 1; i >= 0; i-- {
+		if epochs[i].StartOffset < leo {
+			return epochs[i].Epoch
+		}
+	}
+	return log.NoLeaderEpoch
 }
 
 // HandleFetchResponse applies a leader's answer to req: it truncates
