@@ -102,14 +102,17 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	if p == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
 	}
+	// Lock order n.mu, p.mu (as BuildFetch): a stale epoch must be refused
+	// before the partition leaves its fetcher, or it stops following.
 	n.mu.Lock()
-	n.unfollowLocked(p)
-	n.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if epoch < p.epoch || (epoch == p.epoch && p.role != roleLeader && p.role != roleNone) {
+		n.mu.Unlock()
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
+	n.unfollowLocked(p)
+	n.mu.Unlock()
 	if err := p.log.BeginLeaderEpoch(epoch); err != nil {
 		return fmt.Errorf("%w: %w", ErrStorage, err)
 	}
