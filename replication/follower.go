@@ -22,6 +22,18 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 	for tp, p := range f.All() {
 		p.mu.Lock()
 		if p.role == roleFollower && p.leader == leader && !now.Before(p.backoffUntil) {
+			// The fetch offset counts toward the leader's high watermark,
+			// so unless RelaxedDurability it must be durable: appends made
+			// as leader whose Produce has not synced yet, or left by a
+			// failed sync, are fsynced first.
+			if !n.cfg.RelaxedDurability && p.log.DurableOffset() < p.log.LogEndOffset() {
+				if err := p.log.Sync(); err != nil {
+					n.logger.Warn("replication: follower sync failed", "partition", tp, "err", err)
+					p.backoffUntil = now.Add(n.cfg.FetchBackoff)
+					p.mu.Unlock()
+					continue
+				}
+			}
 			req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: tp,
 				CurrentLeaderEpoch: p.epoch, FetchOffset: p.log.LogEndOffset(), LastFetchedEpoch: lastBatchEpoch(p.log)})
 		}
