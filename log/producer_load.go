@@ -51,7 +51,8 @@ func (l *Log) replayProducers(from, end int64) error {
 		}
 		pos := int64(0)
 		if from > s.base {
-			p, _, ok, err := s.find(from, l.opts.MaxBatchBytes)
+			var hdr [BatchHeaderSize]byte
+			p, ok, err := s.find(from, l.opts.MaxBatchBytes, &hdr)
 			if err != nil {
 				return err
 			}

@@ -45,20 +45,21 @@ func (l *Log) readBounds(offset int64, o ReadOptions) (end int64, err error) {
 }
 
 // locate finds the first batch whose last offset is >= offset, searching
-// from the segment that should hold it. Callers hold readMu shared.
-func (l *Log) locate(offset, end int64) (*segment, int64, Batch, bool, error) {
+// from the segment that should hold it, and returns its header, read
+// into hdr. Callers hold readMu shared.
+func (l *Log) locate(offset, end int64, hdr *[BatchHeaderSize]byte) (*segment, int64, Batch, bool, error) {
 	segs := l.segments()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
 	for i = max(i, 0); i < len(segs); i++ {
-		pos, hdr, ok, err := segs[i].find(offset, l.opts.MaxBatchBytes)
+		pos, ok, err := segs[i].find(offset, l.opts.MaxBatchBytes, hdr)
 		if err != nil {
 			return nil, 0, nil, false, err
 		}
 		if ok {
-			if hdr.BaseOffset() >= end {
+			if Batch(hdr[:]).BaseOffset() >= end {
 				return nil, 0, nil, false, nil
 			}
-			return segs[i], pos, hdr, true, nil
+			return segs[i], pos, Batch(hdr[:]), true, nil
 		}
 	}
 	return nil, 0, nil, false, nil
@@ -69,7 +70,9 @@ func (l *Log) locate(offset, end int64) (*segment, int64, Batch, bool, error) {
 func (l *Log) regionEnd(s *segment, end int64) (int64, error) {
 	limit := s.size.Load()
 	if end < s.next.Load() {
-		p, _, ok, err := s.find(end, l.opts.MaxBatchBytes)
+		hdr := headerPool.Get().(*[BatchHeaderSize]byte)
+		defer headerPool.Put(hdr)
+		p, ok, err := s.find(end, l.opts.MaxBatchBytes, hdr)
 		if err != nil {
 			return 0, err
 		}
@@ -97,7 +100,9 @@ func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
 	if err != nil || offset == end {
 		return dst, err
 	}
-	s, pos, hdr, ok, err := l.locate(offset, end)
+	hp := headerPool.Get().(*[BatchHeaderSize]byte)
+	defer headerPool.Put(hp)
+	s, pos, hdr, ok, err := l.locate(offset, end, hp)
 	if err != nil || !ok {
 		return dst, err
 	}
@@ -140,6 +145,9 @@ func (l *Log) wholeBatches(buf []byte, pos int64, s *segment) (int, error) {
 	keep, lastLen := 0, 0
 	prevNext := int64(-1)
 	for rest := buf; len(rest) > 0; {
+		if keep > 0 && !startsWithBatch(rest) {
+			break // a partial batch ends the chunk: the next read gets it
+		}
 		b, r, err := SplitBatch(rest)
 		if err != nil {
 			if keep == 0 {
@@ -157,7 +165,7 @@ func (l *Log) wholeBatches(buf []byte, pos int64, s *segment) (int, error) {
 				}
 			}
 			if err == nil {
-				if _, _, serr := SplitBatch(r); serr != nil {
+				if !startsWithBatch(r) {
 					// b is the last whole batch read: check it against
 					// the header after it, which no later step sees.
 					err = l.checkNextHeader(b, pos+int64(keep+len(b)), s)
@@ -175,6 +183,16 @@ func (l *Log) wholeBatches(buf []byte, pos int64, s *segment) (int, error) {
 		rest = r
 	}
 	return keep, nil
+}
+
+// startsWithBatch reports whether SplitBatch would split a batch off buf,
+// without building the error it returns otherwise.
+func startsWithBatch(buf []byte) bool {
+	if len(buf) < BatchHeaderSize {
+		return false
+	}
+	b := Batch(buf)
+	return b.Length() >= BatchHeaderSize-LogOverhead && int64(b.Size()) <= int64(len(buf)) && b.Magic() == MagicV2
 }
 
 // checkFollows checks the offsets of a batch read from s, which its CRC
@@ -196,8 +214,9 @@ func (l *Log) checkNextHeader(b Batch, pos int64, s *segment) error {
 	if pos >= s.size.Load() {
 		return nil
 	}
-	var hdr [BatchHeaderSize]byte
-	n, err := s.batchHeaderAt(pos, &hdr)
+	hdr := headerPool.Get().(*[BatchHeaderSize]byte)
+	defer headerPool.Put(hdr)
+	n, err := s.batchHeaderAt(pos, hdr)
 	if err != nil {
 		return nil // that batch's own read reports its damage
 	}
@@ -221,7 +240,9 @@ func (l *Log) ReadRegion(offset int64, o ReadOptions) (Region, error) {
 	if err != nil || offset == end {
 		return Region{FirstOffset: offset, NextOffset: offset}, err
 	}
-	s, pos, hdr, ok, err := l.locate(offset, end)
+	hp := headerPool.Get().(*[BatchHeaderSize]byte)
+	defer headerPool.Put(hp)
+	s, pos, hdr, ok, err := l.locate(offset, end, hp)
 	if err != nil || !ok {
 		return Region{FirstOffset: offset, NextOffset: offset}, err
 	}
@@ -247,13 +268,14 @@ func (l *Log) ReadRegion(offset int64, o ReadOptions) (Region, error) {
 func (l *Log) cutRegion(s *segment, pos int64, first Batch, limit, maxBytes int64) (int64, int64, error) {
 	stop, next := pos+int64(first.Size()), first.NextOffset()
 	want := min(pos+maxBytes, limit)
-	var hdr [BatchHeaderSize]byte
+	hdr := headerPool.Get().(*[BatchHeaderSize]byte)
+	defer headerPool.Put(hdr)
 	// Every batch before an indexed boundary <= want fits: jump past an
 	// indexed batch that fits, then step header by header. (Stopping at
 	// the boundary itself would take next from the batch after it, which
 	// is wrong when a follower's offset gap lies between the two.)
 	if p := s.offIdx.floorPosition(want); p > stop && p < limit {
-		b, err := s.batchHeaderAt(p, &hdr)
+		b, err := s.batchHeaderAt(p, hdr)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -261,7 +283,7 @@ func (l *Log) cutRegion(s *segment, pos int64, first Batch, limit, maxBytes int6
 			stop, next = end, b.NextOffset()
 		} else if q := s.offIdx.floorPosition(p - 1); q > stop {
 			// The previous indexed batch ends at or before p: it fits.
-			b, err := s.batchHeaderAt(q, &hdr)
+			b, err := s.batchHeaderAt(q, hdr)
 			if err != nil {
 				return 0, 0, err
 			}
@@ -269,7 +291,7 @@ func (l *Log) cutRegion(s *segment, pos int64, first Batch, limit, maxBytes int6
 		}
 	}
 	for stop < want {
-		b, err := s.batchHeaderAt(stop, &hdr)
+		b, err := s.batchHeaderAt(stop, hdr)
 		if err != nil {
 			return 0, 0, err
 		}

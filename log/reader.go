@@ -65,7 +65,8 @@ type Reader struct {
 	pos   int64  // file position in seg of the next batch to read
 	gen   uint64 // truncation generation the position is valid in
 	buf   []byte
-	batch []byte // unread part of buf
+	batch []byte                // unread part of buf
+	hdr   [BatchHeaderSize]byte // scratch for locate
 	it    RecordIterator
 	cur   Batch
 }
@@ -260,7 +261,7 @@ func (r *Reader) segmentIndex() int {
 // locate finds the segment and position of r.next through the index.
 // Callers hold readMu shared.
 func (r *Reader) locate(end int64) error {
-	s, pos, _, ok, err := r.l.locate(r.next, end)
+	s, pos, _, ok, err := r.l.locate(r.next, end, &r.hdr)
 	if err != nil {
 		return err
 	}

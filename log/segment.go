@@ -215,11 +215,17 @@ func (s *segment) batchHeaderAt(pos int64, hdr *[BatchHeaderSize]byte) (Batch, e
 	return b, nil
 }
 
-// find returns the position and header of the first batch whose last
-// offset is >= offset, or ok=false when there is none in this segment.
-func (s *segment) find(offset int64, maxBatch int) (pos int64, hdr Batch, ok bool, err error) {
+// headerPool holds buffers for batch headers. A buffer passed to a
+// file's ReadAt escapes to the heap: taking it from the pool keeps reads
+// free of allocations.
+var headerPool = sync.Pool{New: func() any { return new([BatchHeaderSize]byte) }}
+
+// find returns the position of the first batch whose last offset is >=
+// offset, with its header in hdr, or ok=false when there is none in this
+// segment.
+func (s *segment) find(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (pos int64, ok bool, err error) {
 	if err := s.loadIndexes(maxBatch); err != nil {
-		return 0, nil, false, err
+		return 0, false, err
 	}
 	rel := offset - s.base
 	if rel > math.MaxInt32 {
@@ -229,32 +235,31 @@ func (s *segment) find(offset int64, maxBatch int) (pos int64, hdr Batch, ok boo
 		rel = 0
 	}
 	entryRel, pos, indexed := s.offIdx.lookupEntry(int32(rel))
-	var buf [BatchHeaderSize]byte
 	size := s.size.Load()
 	prevNext := s.base
 	for pos < size {
-		b, err := s.batchHeaderAt(pos, &buf)
+		b, err := s.batchHeaderAt(pos, hdr)
 		if err != nil {
-			return 0, nil, false, err
+			return 0, false, err
 		}
 		if indexed && b.LastOffset() != s.base+int64(entryRel) {
 			// An index entry holds the last offset of the batch at its
 			// position: a header that disagrees is damaged (or the index).
-			return 0, nil, false, fmt.Errorf("%w: batch at position %d of %s ends at offset %d, its index entry says %d",
+			return 0, false, fmt.Errorf("%w: batch at position %d of %s ends at offset %d, its index entry says %d",
 				ErrCorrupt, pos, s.path(logSuffix), b.LastOffset(), s.base+int64(entryRel))
 		}
 		indexed = false
 		if b.BaseOffset() < prevNext {
-			return 0, nil, false, fmt.Errorf("%w: batch at position %d of %s starts at offset %d, before the previous batch ends (%d)",
+			return 0, false, fmt.Errorf("%w: batch at position %d of %s starts at offset %d, before the previous batch ends (%d)",
 				ErrCorrupt, pos, s.path(logSuffix), b.BaseOffset(), prevNext)
 		}
 		if b.LastOffset() >= offset {
-			return pos, append(Batch(nil), b...), true, nil
+			return pos, true, nil
 		}
 		prevNext = b.NextOffset()
 		pos += int64(b.Size())
 	}
-	return 0, nil, false, nil
+	return 0, false, nil
 }
 
 // close closes the segment's file.

@@ -34,14 +34,14 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset int64, ok bool, err error) {
 func (l *Log) offsetForTimestampIn(s *segment, ts, start int64) (int64, bool, error) {
 	rel := s.timeIdx.lookup(ts)
 	from := max(s.base+int64(rel), start)
-	pos, _, ok, err := s.find(from, l.opts.MaxBatchBytes)
+	var hdr [BatchHeaderSize]byte
+	pos, ok, err := s.find(from, l.opts.MaxBatchBytes, &hdr)
 	if err != nil || !ok {
 		return 0, false, err
 	}
 	var buf []byte
 	size := s.size.Load()
 	for pos < size {
-		var hdr [BatchHeaderSize]byte
 		b, err := s.batchHeaderAt(pos, &hdr)
 		if err != nil {
 			return 0, false, err

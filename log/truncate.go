@@ -29,13 +29,14 @@ func (l *Log) TruncateTo(offset int64) error {
 	segs := l.segments()
 	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
 	s := segs[i]
-	pos, hdr, ok, err := s.find(offset, l.opts.MaxBatchBytes)
+	var hdr [BatchHeaderSize]byte
+	pos, ok, err := s.find(offset, l.opts.MaxBatchBytes, &hdr)
 	if err != nil {
 		return err
 	}
 	newLEO := s.next.Load()
 	if ok {
-		newLEO = hdr.BaseOffset()
+		newLEO = Batch(hdr[:]).BaseOffset()
 	} else {
 		pos = s.size.Load()
 	}
