@@ -318,15 +318,15 @@ func (w crashWorkload) run(t testing.TB, fsys vfs.FS) workloadResult {
 }
 
 // countOps runs w once on a fresh MemFS and returns how many filesystem
-// operations it took.
-func (w crashWorkload) countOps(t testing.TB) int64 {
+// operations it took and how many times it rolled.
+func (w crashWorkload) countOps(t testing.TB) (ops, rolls int64) {
 	t.Helper()
 	efs := vfs.NewErrorFS(vfs.NewMem(), nil)
 	res := w.run(t, efs)
 	require.NoError(t, res.err)
 	require.Len(t, res.acked, w.appends)
 	require.GreaterOrEqual(t, res.rolls, int64(3), "the workload must roll several times")
-	return efs.Ops()
+	return efs.Ops(), res.rolls
 }
 
 // crashModel names a way of losing unsynced state.
@@ -360,11 +360,13 @@ func TestCrash(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			w := defaultCrashWorkload
 			w.inlineRoll = m.name == "partial"
-			ops := w.countOps(t)
+			ops, rolls := w.countOps(t)
 			if w.inlineRoll {
-				require.Equal(t, ops, w.countOps(t), "operation count differs between two runs")
+				again, _ := w.countOps(t)
+				require.Equal(t, ops, again, "operation count differs between two runs")
 			}
-			t.Logf("workload: %d appends, %d filesystem operations, seed %d", w.appends, ops, *crashSeed)
+			t.Logf("S1 %s: a crash before each of %d filesystem operations of %d appends with %d rolls, seed %d",
+				m.name, ops, w.appends, rolls, *crashSeed)
 			// A few more than counted: the background flusher's timing
 			// changes the count slightly from run to run.
 			for k := int64(0); k <= ops+8; k++ {
