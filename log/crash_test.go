@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -224,6 +225,20 @@ func checkCheckpointFiles(t testing.TB, fsys vfs.FS, dir string) {
 	for _, name := range []string{recoveryPointFile, logStartOffsetFile, cleanShutdownFile, highWatermarkFile} {
 		_, _, err := readOffsetCheckpoint(fsys, dir+"/"+name)
 		require.NoError(t, err, "S2: checkpoint %s torn by a crash", name)
+	}
+	_, _, err := readCheckpoint(fsys, dir+"/"+leaderEpochFile, 2)
+	require.NoError(t, err, "S2: checkpoint %s torn by a crash", leaderEpochFile)
+	// Producer-state snapshots are replaced the same way.
+	names, err := fsys.ReadDir(dir)
+	require.NoError(t, err)
+	for _, name := range names {
+		if !strings.HasSuffix(name, snapshotSuffix) {
+			continue
+		}
+		data, err := readWholeFile(fsys, dir+"/"+name)
+		require.NoError(t, err)
+		_, err = DecodeSnapshot(data)
+		require.NoError(t, err, "S2: snapshot %s torn by a crash", name)
 	}
 }
 
