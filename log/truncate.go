@@ -40,6 +40,15 @@ func (l *Log) TruncateTo(offset int64) error {
 	} else {
 		pos = s.size.Load()
 	}
+	if newLEO < l.logStart.Load() {
+		// The batch holding the log start offset goes: the start follows
+		// the end down, as in Kafka's truncateTo, durably before the data
+		// goes, so that a reopen finds the same start.
+		if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), newLEO); err != nil {
+			return l.fail(err)
+		}
+		l.logStart.Store(newLEO)
+	}
 	for _, later := range segs[i+1:] {
 		if err := l.bg.deleteLater(later); err != nil {
 			return err
