@@ -758,6 +758,7 @@ func TestCloseWaitsForConcurrentCalls(t *testing.T) {
 
 // TestOpenRejectsBadOptions checks the documented option bounds.
 func TestOpenRejectsBadOptions(t *testing.T) {
+	requireNoGoroutineLeak(t)
 	bad := []Options{
 		{SegmentBytes: 10},
 		{SegmentBytes: 1 << 32},

@@ -3,6 +3,7 @@ package log
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/replog/replog/internal/vfs"
@@ -360,7 +361,7 @@ func TestReadDetectsCorruption(t *testing.T) {
 	opts := testLogOptions(fs)
 	l := openLog(t, "/log", opts)
 	want := appendN(t, l, 5, 0)
-	f, err := fs.OpenFile("/log/"+segmentName(0)+logSuffix, 2, 0)
+	f, err := fs.OpenFile("/log/"+segmentName(0)+logSuffix, os.O_RDWR, 0)
 	require.NoError(t, err)
 	pos := int64(len(want[0]) + len(want[1]) + 70)
 	_, err = f.WriteAt([]byte{0xee}, pos)

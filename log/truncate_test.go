@@ -218,3 +218,31 @@ func TestTruncateFullyAndStartAt(t *testing.T) {
 	require.Equal(t, int64(7), l.LogStartOffset())
 	require.Equal(t, int64(7), l.LogEndOffset())
 }
+
+// TestTruncateToLogStartInsideBatch: truncating to a log start offset
+// that lies inside a batch removes that whole batch, so the log end falls
+// below the old start. The start must follow it down (as Kafka's
+// truncateTo lowers logStartOffset), durably: a reopen gives the same
+// state and the next append the same offset.
+func TestTruncateToLogStartInsideBatch(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	appendN(t, l, 10, 0)
+	require.NoError(t, l.DeleteRecordsBefore(7)) // inside batch [6, 8]
+	require.NoError(t, l.TruncateTo(7))
+	require.Equal(t, int64(6), l.LogEndOffset())
+	require.LessOrEqual(t, l.LogStartOffset(), l.LogEndOffset(), "the start never passes the end")
+	start, end := l.LogStartOffset(), l.LogEndOffset()
+	require.NoError(t, l.Close())
+
+	l = openLog(t, "/log", opts)
+	require.Equal(t, start, l.LogStartOffset(), "reopen gives the same start")
+	require.Equal(t, end, l.LogEndOffset(), "reopen gives the same end")
+	info, err := l.Append(buildBatch(t, 1, 5, 0))
+	require.NoError(t, err)
+	require.Equal(t, int64(6), info.FirstOffset)
+	got := readAllBatches(t, l)
+	require.Len(t, got, 1)
+	require.Equal(t, int64(6), Batch(got[0]).BaseOffset())
+}
