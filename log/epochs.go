@@ -81,23 +81,30 @@ func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64) {
 }
 
 // assignEpoch records that epoch starts at offset, if it is newer than the
-// latest epoch, and persists the cache before the caller writes data.
-// Callers hold l.mu.
+// latest epoch or the latest epoch starts at or after offset, and persists
+// the cache before the caller writes data. Callers hold l.mu.
 func (l *Log) assignEpoch(epoch int32, offset int64) error {
 	if epoch == NoLeaderEpoch {
 		return nil
 	}
 	c := &l.epochs
-	if last, ok := c.latest(); ok && epoch <= last.Epoch {
+	if last, ok := c.latest(); ok && (epoch < last.Epoch && last.StartOffset < offset ||
+		epoch == last.Epoch && last.StartOffset <= offset) {
 		return nil
 	}
 	c.mu.Lock()
 	// An epoch cannot start below an older epoch's start: those entries
-	// were truncated away.
+	// were truncated away. Entries at or after offset hold no data yet: a
+	// newer epoch begun by BeginLeaderEpoch on a node that lost the
+	// leadership before appending, whose follower appends then bring
+	// older epochs' batches (as Kafka's LeaderEpochFileCache.assign
+	// removes non-monotonic entries).
 	for len(c.entries) > 0 && c.entries[len(c.entries)-1].StartOffset >= offset {
 		c.entries = c.entries[:len(c.entries)-1]
 	}
-	c.entries = append(c.entries, EpochEntry{Epoch: epoch, StartOffset: offset})
+	if n := len(c.entries); n == 0 || c.entries[n-1].Epoch < epoch {
+		c.entries = append(c.entries, EpochEntry{Epoch: epoch, StartOffset: offset})
+	}
 	c.mu.Unlock()
 	return l.persistEpochs()
 }
@@ -192,7 +199,8 @@ func (l *Log) assignBatchEpochs(batches []byte) error {
 
 // BeginLeaderEpoch records that epoch starts at the log end offset, as a
 // new leader does before its first append so that EndOffsetForEpoch can
-// answer followers at once. Epochs not newer than the latest are ignored.
+// answer followers at once. Epochs not newer than the latest are ignored,
+// unless the latest starts at the log end (it has no batch yet).
 func (l *Log) BeginLeaderEpoch(epoch int32) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
