@@ -110,7 +110,14 @@ func (n *Node) applyPartition(p *partition, leader int32, fp FetchPartition, pr 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.log
-	if p.role != roleFollower || p.leader != leader || p.epoch != fp.CurrentLeaderEpoch || l.LogEndOffset() != fp.FetchOffset {
+	// A response applies to the log the request described: its end and
+	// the epoch of its last batch (the two identify the log's contents,
+	// as logs with the same epoch at the same end offset are equal). A
+	// delayed or repeated response to an earlier request, made before a
+	// truncation and refetch that led back to the same end, would
+	// otherwise truncate again below what the leader already counted.
+	if p.role != roleFollower || p.leader != leader || p.epoch != fp.CurrentLeaderEpoch ||
+		l.LogEndOffset() != fp.FetchOffset || lastBatchEpoch(l) != fp.LastFetchedEpoch {
 		return 0, nil // stale response
 	}
 	switch {
