@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/replog/replog/internal/vfs"
 )
 
 // flusher is the Log's background worker: it makes rolled segments
@@ -193,13 +191,8 @@ func (f *flusher) flushRolled() error {
 		if err := s.flushIndexes(true); err != nil {
 			return l.fail(err)
 		}
-		size := s.size.Load()
-		if s.durable.Load() < size {
-			if err := vfs.Datasync(s.file); err != nil {
-				return l.fail(err)
-			}
-			l.stats.fsyncs.Add(1)
-			s.durable.Store(size)
+		if err := l.syncSegment(s); err != nil {
+			return err
 		}
 		// The snapshot only after its segment's data is durable, so a
 		// snapshot never reflects batches a crash could lose.

@@ -56,6 +56,7 @@ type segment struct {
 	next     atomic.Int64 // offset after the last batch
 	maxTS    atomic.Int64 // largest batch max timestamp, or NoTimestamp
 	durable  atomic.Int64 // bytes known to be fsynced
+	syncMu   sync.Mutex   // serializes fsyncs of file (see Log.syncSegment)
 	offIdx   offsetIndex
 	timeIdx  timeIndex
 	// loadMu serializes loading (or rebuilding) the indexes of a segment

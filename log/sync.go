@@ -86,19 +86,34 @@ func (l *Log) Sync() error {
 // the directory if segments were created or deleted since its last fsync.
 func (l *Log) syncData() error {
 	for _, seg := range l.segments() {
-		size := seg.size.Load()
-		if seg.durable.Load() >= size {
-			continue
-		}
-		if err := vfs.Datasync(seg.file); err != nil {
+		if err := l.syncSegment(seg); err != nil {
 			return err
-		}
-		l.stats.fsyncs.Add(1)
-		if size > seg.durable.Load() {
-			seg.durable.Store(size)
 		}
 	}
 	return l.syncDirIfDirty()
+}
+
+// syncSegment fsyncs s's data unless it is known durable. Sync and the
+// flusher may both fsync a rolled segment; they take turns on s.syncMu,
+// and the second one sees the first one's failure: when two fsyncs of a
+// file overlap, Linux reports a write-back error to only one of them, and
+// the other would report durable data that is lost.
+func (l *Log) syncSegment(s *segment) error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if err := l.failedErr(); err != nil {
+		return err
+	}
+	size := s.size.Load()
+	if s.durable.Load() >= size {
+		return nil
+	}
+	if err := vfs.Datasync(s.file); err != nil {
+		return l.fail(err)
+	}
+	l.stats.fsyncs.Add(1)
+	s.durable.Store(size)
+	return nil
 }
 
 // syncDirIfDirty fsyncs the log directory if an entry changed.
