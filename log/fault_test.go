@@ -3,10 +3,12 @@ package log
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -435,4 +437,90 @@ func TestFaultFailedWriteAndTruncate(t *testing.T) {
 		require.NoError(t, err)
 		checkA1toA5(t, l, acked...)
 	}
+}
+
+// fsyncgateFS models Linux's handling of a failed fsync of a file that two
+// callers fsync at once through one descriptor: the first fsync of target
+// after arming fails with EIO and the dirty pages are dropped (marked
+// clean, their data never written), the error is reported only once, and
+// every later fsync of the file succeeds without writing anything. The
+// failing fsync waits a little for a second fsync to overlap it.
+type fsyncgateFS struct {
+	vfs.FS
+	target string
+	armed  atomic.Bool
+	lost   atomic.Bool
+	second chan struct{}
+}
+
+type fsyncgateFile struct {
+	vfs.File
+	fs *fsyncgateFS
+}
+
+func (g *fsyncgateFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := g.FS.OpenFile(name, flag, perm)
+	if err != nil || name != g.target {
+		return f, err
+	}
+	return &fsyncgateFile{File: f, fs: g}, nil
+}
+
+func (f *fsyncgateFile) Sync() error {
+	g := f.fs
+	if g.lost.Load() {
+		select {
+		case g.second <- struct{}{}:
+		default:
+		}
+		return nil // the error was already reported; nothing is written
+	}
+	if !g.armed.CompareAndSwap(true, false) {
+		return f.File.Sync()
+	}
+	g.lost.Store(true)
+	select {
+	case <-g.second:
+	case <-time.After(200 * time.Millisecond):
+	}
+	return &os.PathError{Op: "fsync", Path: f.Name(), Err: syscall.EIO}
+}
+
+// TestFaultFsyncErrorSeenOnce is S5 with a Sync and the background flusher
+// fsyncing the same rolled segment at once, where the kernel reports the
+// write-back error to one of them only: neither may go on as if the data
+// were durable (Sync returning nil, or the flusher advancing the recovery
+// point past the lost data).
+func TestFaultFsyncErrorSeenOnce(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	g := &fsyncgateFS{FS: mem, target: crashDir + "/" + segmentName(0) + logSuffix, second: make(chan struct{}, 1)}
+	opts := crashOptions(g)
+	opts.SegmentBytes = 4 << 10
+	l, err := openCrashLog(t, crashDir, opts)
+	require.NoError(t, err)
+	var acked [][]byte
+	seq := 0
+	for l.Stats().Segments == 1 && l.active().size.Load() < 3<<10 {
+		b := testBatch(t, seq)
+		seq++
+		_, err := l.Append(b)
+		require.NoError(t, err)
+		acked = append(acked, b)
+	}
+	require.NoError(t, l.Sync())
+	g.armed.Store(true)
+	for l.Stats().Segments == 1 { // fill segment 0 and roll
+		_, err := l.Append(testBatch(t, seq))
+		seq++
+		require.NoError(t, err)
+	}
+	err = l.Sync()
+	require.Error(t, err, "Sync returned nil though the rolled segment's data was lost")
+	require.ErrorIs(t, err, ErrSyncFailed)
+	require.Error(t, l.Close())
+
+	l, err = openCrashLog(t, crashDir, crashOptions(mem.CrashClone(vfs.CrashOptions{})))
+	require.NoError(t, err)
+	checkA1toA5(t, l, acked...)
 }
