@@ -212,36 +212,43 @@ func checkAfterFaults(t *testing.T, mem *vfs.MemFS, acked [][]byte, desc string)
 	checkA4A5(t, l, st)
 }
 
-// faultLoop runs check for n = 0, 1, 2, ... in parallel subtests, up to a
-// little past the number of matching operations a fault-free run of the
-// workload makes (the flusher's timing moves it slightly), and requires
-// that the last values of n were past the end of the workload (the
-// workload ran without reaching the failing operation), as pebble's
-// errorfs tests loop until the workload passes.
+// faultLoop runs check for n = 0, 1, 2, ... until the workload runs
+// without reaching the failing operation, as pebble's errorfs tests do.
+// The flusher's timing moves the number of operations a little from run
+// to run, so the values up to a little past the count of a fault-free run
+// run in parallel, and the loop then goes on one by one until margin
+// values in a row did not fail anything.
 func faultLoop(t *testing.T, kinds vfs.OpKind, check func(t *testing.T, n int64) *nthFault) {
 	t.Helper()
+	const margin = 16
 	counter := &nthFault{kinds: kinds, n: 1 << 62}
 	clean := &faultRun{t: t, opts: faultOptions}
 	clean.workload(vfs.NewMem(), counter)
 	require.Zero(t, clean.failures)
 	total := counter.count.Load()
 	var lastHit atomic.Int64
+	run := func(t *testing.T, n int64) {
+		if inj := check(t, n); inj.hits.Load() > 0 {
+			for {
+				last := lastHit.Load()
+				if n <= last || lastHit.CompareAndSwap(last, n) {
+					break
+				}
+			}
+		}
+	}
 	t.Run("n", func(t *testing.T) {
-		for n := int64(0); n <= total+16; n++ {
+		for n := int64(0); n <= total+margin; n++ {
 			t.Run(fmt.Sprint(n), func(t *testing.T) {
 				t.Parallel()
-				if inj := check(t, n); inj.hits.Load() > 0 {
-					for {
-						last := lastHit.Load()
-						if n <= last || lastHit.CompareAndSwap(last, n) {
-							break
-						}
-					}
-				}
+				run(t, n)
 			})
 		}
 	})
-	require.Less(t, lastHit.Load(), total+16, "the workload never stops reaching the failing operation")
+	for n := total + margin + 1; lastHit.Load() > n-margin; n++ {
+		require.Less(t, n, 2*total+100, "the workload never stops reaching the failing operation")
+		t.Run(fmt.Sprintf("n/%d", n), func(t *testing.T) { run(t, n) })
+	}
 	t.Logf("a fault at each of %d operations (%d in a fault-free run)", lastHit.Load()+1, total)
 }
 
