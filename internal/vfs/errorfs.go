@@ -155,10 +155,14 @@ func (f *FailAt) Inject(op Op) Fault {
 func (f *FailAt) Injected() int64 { return f.injected.Load() }
 
 // Crash is an Injector that simulates a power loss just before operation N
-// of an ErrorFS wrapping Mem: the first operation with Index >= N takes
-// Mem.CrashClone(Opts), and it and every later operation fail with
-// ErrCrashed, so the workload cannot change what the crash kept. Reopen the
-// log on Clone() to check recovery. Safe for concurrent use.
+// of an ErrorFS wrapping Mem: the operation with Index N and every later
+// one fail with ErrCrashed, so the workload cannot change what the crash
+// kept. Once the workload has stopped, Clone returns Mem.CrashClone(Opts).
+// The image is taken then, not when operation N arrives, because another
+// goroutine may at that moment still be inside an operation with a smaller
+// index, whose success its caller sees (an fsync it acknowledges data
+// by). Reopen the log on Clone() to check recovery. Safe for concurrent
+// use.
 type Crash struct {
 	// N is the index of the first operation that does not run.
 	N int64
@@ -167,8 +171,9 @@ type Crash struct {
 	// Opts are passed to CrashClone.
 	Opts CrashOptions
 
-	mu    sync.Mutex
-	clone *MemFS
+	mu      sync.Mutex
+	crashed bool
+	clone   *MemFS
 }
 
 // Inject implements Injector.
@@ -177,18 +182,21 @@ func (c *Crash) Inject(op Op) Fault {
 		return Fault{}
 	}
 	c.mu.Lock()
-	if c.clone == nil {
-		c.clone = c.Mem.CrashClone(c.Opts)
-	}
+	c.crashed = true
 	c.mu.Unlock()
 	return Fault{Err: ErrCrashed}
 }
 
 // Clone returns the filesystem as the crash left it, or nil if the workload
-// ran fewer than N+1 operations (the crash never happened).
+// ran fewer than N+1 operations (the crash never happened). Call it once
+// the workload has stopped (every operation returned); the first call
+// takes the image and later calls return the same one.
 func (c *Crash) Clone() *MemFS {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.crashed && c.clone == nil {
+		c.clone = c.Mem.CrashClone(c.Opts)
+	}
 	return c.clone
 }
 

@@ -17,8 +17,8 @@
 // synced (CrashOptions). NewErrorFS wraps any FS, numbers every FS and File
 // operation from 0 and asks an Injector before each whether it fails: FailAt
 // fails the n-th operation (once or from then on, for all kinds or some, with
-// short writes), Crash takes a CrashClone at the n-th operation and fails
-// everything after it. Injected errors wrap ErrInjected and their cause
+// short writes), Crash fails the n-th operation and everything after it
+// and gives the CrashClone of that moment once the workload stopped. Injected errors wrap ErrInjected and their cause
 // (syscall.EIO, syscall.ENOSPC, ErrCrashed), so errors.Is matches both.
 package vfs
 
