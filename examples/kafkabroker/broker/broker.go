@@ -1,0 +1,326 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	replog "github.com/replog/replog/log"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultAddr              = "127.0.0.1:9092"
+	DefaultPartitions        = 1
+	DefaultMaxRequestBytes   = 100 << 20 // Kafka's socket.request.max.bytes
+	DefaultMaxPartitionCount = 10_000
+)
+
+// Config configures a Broker.
+type Config struct {
+	// Addr is the TCP address to listen on (DefaultAddr when empty); port 0
+	// picks a free port, see Broker.Addr.
+	Addr string
+	// DataDir holds the topics, committed offsets and producer ids. Required.
+	DataDir string
+	// Partitions is the partition count of topics created on demand
+	// (DefaultPartitions when zero).
+	Partitions int
+	// NoAutoCreateTopics refuses to create topics that Metadata requests
+	// name; by default they are created when the client allows it.
+	NoAutoCreateTopics bool
+	// MaxRequestBytes caps the size of a request; a larger one closes the
+	// connection before anything is allocated for it
+	// (DefaultMaxRequestBytes when zero).
+	MaxRequestBytes int
+	// Log is the template of every partition's log options (segment size,
+	// fsync policy...). Its zero value gives replog's defaults.
+	Log replog.Options
+	// Logger receives connection and storage errors; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.DataDir == "" {
+		return errors.New("broker: Config.DataDir is required")
+	}
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.Partitions < 0 || c.Partitions > DefaultMaxPartitionCount {
+		return fmt.Errorf("broker: Config.Partitions %d out of range [1, %d]", c.Partitions, DefaultMaxPartitionCount)
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxRequestBytes < 1024 {
+		return fmt.Errorf("broker: Config.MaxRequestBytes %d below 1024", c.MaxRequestBytes)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Broker is a running single-node Kafka broker. Its methods are safe for
+// concurrent use.
+type Broker struct {
+	cfg      Config
+	ln       net.Listener
+	host     string // advertised host
+	port     int32  // advertised port
+	logs     *replog.Manager
+	coord    *coordinator
+	pids     *producerIDs
+	ctx      context.Context // cancelled by Close: ends long polls and group waits
+	cancel   context.CancelFunc
+	log      *slog.Logger
+	closeErr error
+	panics   atomic.Int64 // recovered panics of connection goroutines
+
+	mu     sync.RWMutex
+	topics map[string][]*partition // guarded by mu; slices are never modified once stored
+	conns  map[net.Conn]struct{}   // guarded by mu
+	closed bool                    // guarded by mu
+
+	wg        sync.WaitGroup // accept loop and connection goroutines
+	closeOnce sync.Once
+}
+
+// partition is one topic-partition: its log, and the lock that keeps its
+// high watermark moving forward when appends race.
+type partition struct {
+	log  *replog.Log
+	hwMu sync.Mutex
+}
+
+// advanceHighWatermark sets the high watermark to the log end offset: on a
+// single node every appended record is committed. The lock keeps a slower
+// caller from setting an older end offset after a faster one.
+func (p *partition) advanceHighWatermark() {
+	p.hwMu.Lock()
+	if leo := p.log.LogEndOffset(); leo > p.log.HighWatermark() {
+		p.log.SetHighWatermark(leo)
+	}
+	p.hwMu.Unlock()
+}
+
+// Start opens the data directory, listens on cfg.Addr and serves until Close.
+func Start(cfg Config) (*Broker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		topics: make(map[string][]*partition),
+		conns:  make(map[net.Conn]struct{}),
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	var err error
+	if b.pids, err = openProducerIDs(filepath.Join(cfg.DataDir, "producer-id-block")); err != nil {
+		return nil, err
+	}
+	if b.logs, err = replog.OpenManager(filepath.Join(cfg.DataDir, "topics"), replog.ManagerOptions{Log: cfg.Log}); err != nil {
+		return nil, err
+	}
+	if err := b.loadTopics(); err != nil {
+		b.logs.Close()
+		return nil, err
+	}
+	offsets, err := openOffsetStore(filepath.Join(cfg.DataDir, "consumer-offsets"))
+	if err != nil {
+		b.logs.Close()
+		return nil, err
+	}
+	b.coord = newCoordinator(b, offsets)
+	if b.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+		offsets.close()
+		b.logs.Close()
+		return nil, err
+	}
+	addr := b.ln.Addr().(*net.TCPAddr)
+	b.host, b.port = addr.IP.String(), int32(addr.Port)
+	if addr.IP.IsUnspecified() {
+		b.host = "127.0.0.1"
+	}
+	b.wg.Add(1)
+	go b.acceptLoop()
+	return b, nil
+}
+
+// Addr is the address the broker listens on.
+func (b *Broker) Addr() net.Addr { return b.ln.Addr() }
+
+// Close stops accepting connections, closes every connection, waits for their
+// goroutines and closes the logs cleanly. It is idempotent.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		for c := range b.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+		b.cancel()
+		b.ln.Close()
+		b.wg.Wait()
+		err := b.coord.close()
+		b.closeErr = errors.Join(err, b.logs.Close())
+	})
+	return b.closeErr
+}
+
+func (b *Broker) acceptLoop() {
+	defer b.wg.Done()
+	for {
+		c, err := b.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			b.log.Warn("accept", "err", err)
+			continue
+		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			c.Close()
+			return
+		}
+		b.conns[c] = struct{}{}
+		b.wg.Add(1)
+		b.mu.Unlock()
+		go func() {
+			defer b.wg.Done()
+			b.serveConn(c)
+			b.mu.Lock()
+			delete(b.conns, c)
+			b.mu.Unlock()
+		}()
+	}
+}
+
+// topicName is what Kafka accepts as a topic name; it is also a safe
+// directory name.
+var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func validTopic(name string) bool {
+	return topicName.MatchString(name) && name != "." && name != ".."
+}
+
+// loadTopics rebuilds the topic table from the Manager's log names
+// ("topic-partition"), creating partitions missing below the highest one (a
+// crash in the middle of creating a topic).
+func (b *Broker) loadTopics() error {
+	counts := make(map[string]int)
+	for _, name := range b.logs.Names() {
+		i := strings.LastIndexByte(name, '-')
+		p, err := strconv.Atoi(name[i+1:])
+		if i <= 0 || err != nil || p < 0 || p >= DefaultMaxPartitionCount || !validTopic(name[:i]) {
+			b.log.Warn("ignoring log that is not a topic-partition", "name", name)
+			continue
+		}
+		counts[name[:i]] = max(counts[name[:i]], p+1)
+	}
+	for topic, n := range counts {
+		parts, err := b.openPartitions(topic, n)
+		if err != nil {
+			return err
+		}
+		b.topics[topic] = parts
+	}
+	return nil
+}
+
+// openPartitions opens (creating where missing) partitions 0..n-1 of topic.
+func (b *Broker) openPartitions(topic string, n int) ([]*partition, error) {
+	parts := make([]*partition, n)
+	for i := range parts {
+		name := topic + "-" + strconv.Itoa(i)
+		l, ok := b.logs.Get(name)
+		if !ok {
+			var err error
+			if l, err = b.logs.Create(name); err != nil {
+				return nil, fmt.Errorf("broker: create partition %s: %w", name, err)
+			}
+		}
+		// One node: everything in the log is committed, also what a crash
+		// left above the last checkpointed high watermark.
+		l.SetHighWatermark(l.LogEndOffset())
+		parts[i] = &partition{log: l}
+	}
+	return parts, nil
+}
+
+// partitions returns the partitions of topic, or nil.
+func (b *Broker) partitions(topic string) []*partition {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.topics[topic]
+}
+
+// partition returns one partition, or nil.
+func (b *Broker) partition(topic string, p int32) *partition {
+	parts := b.partitions(topic)
+	if p < 0 || int(p) >= len(parts) {
+		return nil
+	}
+	return parts[p]
+}
+
+// topicNames returns every topic, sorted.
+func (b *Broker) topicNames() []string {
+	b.mu.RLock()
+	names := make([]string, 0, len(b.topics))
+	for t := range b.topics {
+		names = append(names, t)
+	}
+	b.mu.RUnlock()
+	sort.Strings(names)
+	return names
+}
+
+// createTopic creates topic with n partitions and returns a Kafka error code:
+// 0, TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS or
+// KAFKA_STORAGE_ERROR.
+func (b *Broker) createTopic(topic string, n int) int16 {
+	if !validTopic(topic) {
+		return errInvalidTopic
+	}
+	if n < 1 || n > DefaultMaxPartitionCount {
+		return errInvalidPartitions
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errNotLeader
+	}
+	if _, ok := b.topics[topic]; ok {
+		return errTopicAlreadyExists
+	}
+	parts, err := b.openPartitions(topic, n)
+	if err != nil {
+		b.log.Error("create topic", "topic", topic, "err", err)
+		return errStorage
+	}
+	b.topics[topic] = parts
+	b.log.Info("created topic", "topic", topic, "partitions", n)
+	return errNone
+}

@@ -1,0 +1,113 @@
+package broker
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// owner tracks the partitions a group member owns, from kgo's callbacks.
+type owner struct {
+	mu      sync.Mutex
+	owned   map[int32]bool
+	changed chan struct{} // signalled after every change
+}
+
+func newOwner() *owner {
+	return &owner{owned: make(map[int32]bool), changed: make(chan struct{}, 1)}
+}
+
+func (o *owner) update(ps map[string][]int32, own bool) {
+	o.mu.Lock()
+	for _, p := range ps["rebalance"] {
+		if own {
+			o.owned[p] = true
+		} else {
+			delete(o.owned, p)
+		}
+	}
+	o.mu.Unlock()
+	select {
+	case o.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (o *owner) partitions() []int32 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Sorted(maps.Keys(o.owned))
+}
+
+func (o *owner) opts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumerGroup("rebalance-group"),
+		kgo.ConsumeTopics("rebalance"),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) { o.update(ps, true) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) { o.update(ps, false) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) { o.update(ps, false) }),
+	}
+}
+
+// poll keeps a client polling (group callbacks need it) until the test ends.
+func poll(t *testing.T, cl *kgo.Client) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil && !cl.PollFetches(ctx).IsClientClosed() {
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// waitFor waits until cond holds, re-checking it after each ownership change.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool, owners ...*owner) {
+	t.Helper()
+	cases := make([]chan struct{}, len(owners))
+	for i, o := range owners {
+		cases[i] = o.changed
+	}
+	for !cond() {
+		select {
+		case <-cases[0]:
+		case <-cases[min(1, len(cases)-1)]:
+		case <-ctx.Done():
+			t.Fatalf("waiting until %s: %v", what, ctx.Err())
+		}
+	}
+}
+
+// TestGroupRebalance runs the coordinator through joins and a leave: one
+// member gets every partition; a second member joining splits them between
+// the two; after it leaves, the first owns them all again.
+func TestGroupRebalance(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	ctx := testContext(t)
+	prod := newClient(t, b, producerOpts...)
+	produce(t, prod, "rebalance", 80)
+
+	all := []int32{0, 1, 2, 3, 4, 5, 6, 7}
+	a, bo := newOwner(), newOwner()
+	clA := newClient(t, b, a.opts()...)
+	poll(t, clA)
+	waitFor(t, ctx, "the first member owns every partition", func() bool {
+		return slices.Equal(a.partitions(), all)
+	}, a)
+
+	clB := newClient(t, b, bo.opts()...)
+	poll(t, clB)
+	waitFor(t, ctx, "two members split the partitions", func() bool {
+		pa, pb := a.partitions(), bo.partitions()
+		return len(pa) > 0 && len(pb) > 0 && slices.Equal(slices.Sorted(slices.Values(append(pa, pb...))), all)
+	}, a, bo)
+
+	clB.Close() // leaves the group
+	waitFor(t, ctx, "the first member owns every partition again", func() bool {
+		return slices.Equal(a.partitions(), all)
+	}, a)
+}

@@ -1,0 +1,84 @@
+package broker
+
+import (
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleProduce appends each partition's record batches with
+// Log.AppendAsLeader, which validates them (framing, CRC, records, producer
+// sequence) and stamps their base offset and leader epoch in place: the bytes
+// stored are those the client sent. With acks=-1 the touched logs are also
+// fsynced before the answer.
+func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	type appended struct {
+		p    *partition
+		resp *kmsg.ProduceResponseTopicPartition
+	}
+	var toSync []appended
+	for _, t := range req.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = t.Topic
+		rt.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(t.Partitions))
+		for i, tp := range t.Partitions {
+			rp := &rt.Partitions[i]
+			rp.Default()
+			rp.Partition = tp.Partition
+			rp.BaseOffset = -1
+			p := b.partition(t.Topic, tp.Partition)
+			switch {
+			case p == nil:
+				rp.ErrorCode = errUnknownTopicOrPartition
+				continue
+			case req.TransactionID != nil:
+				rp.ErrorCode = errInvalidRequest // no transactions here
+				continue
+			case len(tp.Records) == 0:
+				rp.ErrorCode = errCorruptMessage
+				continue
+			}
+			info, err := p.log.AppendAsLeader(tp.Records, leaderEpoch)
+			if err != nil {
+				rp.ErrorCode = appendErrorCode(err)
+				b.log.Debug("produce rejected", "topic", t.Topic, "partition", tp.Partition, "err", err)
+				continue
+			}
+			p.advanceHighWatermark()
+			rp.BaseOffset = info.FirstOffset
+			rp.LogStartOffset = p.log.LogStartOffset()
+			if req.Acks == -1 {
+				toSync = append(toSync, appended{p, rp})
+			}
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	// acks=-1: every in-sync replica (this node) has the data, durably.
+	// The logs are fsynced in parallel; each Log shares one fsync among
+	// concurrent callers.
+	var wg sync.WaitGroup
+	for _, a := range toSync {
+		wg.Go(func() {
+			if err := a.p.log.Sync(); err != nil {
+				b.log.Error("sync", "dir", a.p.log.Dir(), "err", err)
+				a.resp.ErrorCode = errStorage
+				a.resp.BaseOffset = -1
+			}
+		})
+	}
+	wg.Wait()
+	return resp
+}
+
+// produceFailed reports whether any partition of resp has an error.
+func produceFailed(resp *kmsg.ProduceResponse) bool {
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != errNone {
+				return true
+			}
+		}
+	}
+	return false
+}
