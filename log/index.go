@@ -259,6 +259,18 @@ func (x timeIndex) lookup(ts int64) int32 {
 	return int32(timeRelOffset(e))
 }
 
+// lookupEntry is lookup returning the entry found: its timestamp and
+// relative offset, or ok=false when no entry is older than ts.
+func (x timeIndex) lookupEntry(ts int64) (entryTS int64, rel int32, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, e := x.search(ts-1, timeKey)
+	if e == nil {
+		return NoTimestamp, 0, false
+	}
+	return timeKey(e), int32(timeRelOffset(e)), true
+}
+
 // validateTimeEntries checks that timestamps and offsets do not decrease.
 func validateTimeEntries(data []byte) error {
 	prevTS, prevRel := int64(-1<<63), int64(-1)

@@ -32,7 +32,7 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset int64, ok bool, err error) {
 
 // offsetForTimestampIn searches one segment, from its time index entry.
 func (l *Log) offsetForTimestampIn(s *segment, ts, start int64) (int64, bool, error) {
-	rel := s.timeIdx.lookup(ts)
+	rel := l.timeIndexStart(s, ts)
 	from := max(s.base+int64(rel), start)
 	var hdr [BatchHeaderSize]byte
 	pos, ok, err := s.find(from, l.opts.MaxBatchBytes, &hdr)
@@ -78,4 +78,23 @@ func recordOffsetForTimestamp(b Batch, ts, start int64) (int64, bool, error) {
 		return 0, false, err
 	}
 	return 0, false, fmt.Errorf("%w: batch max timestamp %d but no record at or after %d", ErrCorrupt, b.MaxTimestamp(), ts)
+}
+
+// timeIndexStart returns the relative offset from which to search s for
+// ts: that of the time index entry lookup finds, once checked against the
+// batch it names (an entry (T, r) says that the batch ending at offset r
+// holds the largest timestamp so far, T), else 0. No checksum covers the
+// time index, and a damaged entry would make the search skip the records
+// it should find.
+func (l *Log) timeIndexStart(s *segment, ts int64) int32 {
+	entryTS, rel, ok := s.timeIdx.lookupEntry(ts)
+	if !ok || entryTS == NoTimestamp {
+		return 0
+	}
+	var hdr [BatchHeaderSize]byte
+	_, found, err := s.find(s.base+int64(rel), l.opts.MaxBatchBytes, &hdr)
+	if b := Batch(hdr[:]); err != nil || !found || b.LastOffset() != s.base+int64(rel) || b.MaxTimestamp() != entryTS {
+		return 0
+	}
+	return rel
 }
