@@ -395,41 +395,21 @@ func TestCrash(t *testing.T) {
 	}
 }
 
-// powerLoss is an Injector that fails every operation from index n on
-// with vfs.ErrCrashed: the machine lost power just before operation n.
-// Unlike vfs.Crash it takes no image when operation n arrives, because
-// another goroutine (the flusher) may then still be inside an operation
-// with a smaller index whose effect, and success, the image would miss;
-// the test takes the image once the workload stopped and every earlier
-// operation completed.
-type powerLoss struct {
-	n   int64
-	hit atomic.Bool
-}
-
-func (p *powerLoss) Inject(op vfs.Op) vfs.Fault {
-	if op.Index < p.n {
-		return vfs.Fault{}
-	}
-	p.hit.Store(true)
-	return vfs.Fault{Err: vfs.ErrCrashed}
-}
-
 // crashAt runs w with a power loss before operation k and checks the
 // recovered log; with secondCrash it also runs a second stage of appends
 // and crashes again.
 func crashAt(t *testing.T, w crashWorkload, m crashModel, k, seed int64, secondCrash bool) {
 	t.Helper()
 	mem := vfs.NewMem()
-	pl := &powerLoss{n: k}
-	res := w.run(t, vfs.NewErrorFS(mem, pl))
-	if !pl.hit.Load() {
+	crash := &vfs.Crash{N: k, Mem: mem, Opts: m.opts(seed)}
+	res := w.run(t, vfs.NewErrorFS(mem, crash))
+	img := crash.Clone() // after the workload stopped: see vfs.Crash
+	if img == nil {
 		require.NoError(t, res.err, "no crash happened, yet the workload failed")
 		return
 	}
 	require.Error(t, res.err, "the workload went on without error after the crash")
 	require.ErrorIs(t, res.err, vfs.ErrCrashed)
-	img := mem.CrashClone(m.opts(seed))
 	desc := fmt.Sprintf("(model %s, crash before op %d, seed %d, %d acked, %d appended, stopped by: %v)",
 		m.name, k, seed, len(res.acked), len(res.appended), res.err)
 	checkRecovery(t, img, res.acked, m, seed, desc, secondCrash)
@@ -581,13 +561,13 @@ func TestCrashFollowerGaps(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/k=%d", m.name, k), func(t *testing.T) {
 				t.Parallel()
 				mem := vfs.NewMem()
-				pl := &powerLoss{n: k}
-				acked, _, _ := run(vfs.NewErrorFS(mem, pl))
-				if !pl.hit.Load() {
+				seed := *crashSeed*3_000_017 + k
+				crash := &vfs.Crash{N: k, Mem: mem, Opts: m.opts(seed)}
+				acked, _, _ := run(vfs.NewErrorFS(mem, crash))
+				img := crash.Clone()
+				if img == nil {
 					return
 				}
-				seed := *crashSeed*3_000_017 + k
-				img := mem.CrashClone(m.opts(seed))
 				if _, err := img.Stat(crashDir); errors.Is(err, fs.ErrNotExist) {
 					require.Zero(t, len(acked), "A1: the log directory vanished with acknowledged data")
 					return
