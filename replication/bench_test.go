@@ -1,0 +1,275 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/log"
+)
+
+// benchBatchBytes is the size of every batch the benchmarks write.
+const benchBatchBytes = 16 << 10
+
+// batchOfSize builds an uncompressed batch of exactly size bytes: 16
+// records whose values fill it.
+func batchOfSize(tb testing.TB, size int) []byte {
+	tb.Helper()
+	const records = 16
+	build := func(valueBytes int) []byte {
+		bb := log.NewBatchBuilder()
+		value := make([]byte, valueBytes)
+		for i := range value {
+			value[i] = byte(i)
+		}
+		for i := 0; i < records; i++ {
+			bb.Add(time.Now().UnixMilli(), nil, value)
+		}
+		b, err := bb.Build(nil)
+		require.NoError(tb, err)
+		return b
+	}
+	valueBytes := size / records
+	for range 4 { // varint lengths settle after a step or two
+		b := build(valueBytes)
+		if len(b) == size {
+			return b
+		}
+		valueBytes -= (len(b) - size + records - 1) / records
+		if len(b) < size {
+			valueBytes++
+		}
+	}
+	// Fall back to the closest size below.
+	for b := build(valueBytes); ; b = build(valueBytes) {
+		if len(b) <= size {
+			return b
+		}
+		valueBytes--
+	}
+}
+
+// percentileMicros returns the q-quantile of sorted durations in µs.
+func percentileMicros(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(int(q*float64(len(sorted))), len(sorted)-1)
+	return float64(sorted[i]) / float64(time.Microsecond)
+}
+
+// produceBatches is the fixed workload of one BenchmarkProduce iteration:
+// 4,096 batches of 16 KiB (64 MiB).
+const produceBatches = 4096
+
+// BenchmarkProduce measures produce latency on a leader with two
+// followers, all three in this process over TCP loopback, with
+// MinInsyncReplicas 2 and RelaxedDurability, Kafka's semantics: acks=all
+// waits for both followers to have the batch, not for fsyncs (the durable
+// default is measured by BenchmarkDurableProduce: there acks=all also
+// waits for an fsync on every replica, which measures the disk rather
+// than replication). One goroutine produces 16 KiB batches one after the
+// other, so each latency is that of one Produce call with nothing queued
+// before it: acks=1 returns once the leader appended the batch (the
+// followers replicate it meanwhile, on the same cores); acks=all also
+// waits for both followers to fetch the batch and report it with their
+// next fetch. Each iteration produces produceBatches batches; the
+// percentiles cover every Produce call of the run. acks=all also reports
+// p99-ratio, its p99 over acks=1's from the same run (goal: at most 3).
+func BenchmarkProduce(b *testing.B) { benchProduceAcks(b, true) }
+
+// BenchmarkDurableProduce is BenchmarkProduce with the default
+// configuration: acks=all returns once the batch is fsynced on all three
+// replicas.
+func BenchmarkDurableProduce(b *testing.B) { benchProduceAcks(b, false) }
+
+func benchProduceAcks(b *testing.B, relaxed bool) {
+	var p99Leader float64
+	for _, bc := range []struct {
+		name string
+		acks Acks
+	}{{"acks=1", AcksLeader}, {"acks=all", AcksAll}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p99 := benchProduce(b, bc.acks, relaxed)
+			switch {
+			case bc.acks == AcksLeader:
+				p99Leader = p99
+			case p99Leader > 0:
+				b.ReportMetric(p99/p99Leader, "p99-ratio")
+			}
+		})
+	}
+}
+
+func benchProduce(b *testing.B, acks Acks, relaxed bool) float64 {
+	tp := TopicPartition{Topic: "bench", Partition: 0}
+	reps := startTCPReplicas(b, 3, tp, Config{ClusterID: "bench", MinInsyncReplicas: 2, RelaxedDurability: relaxed}, log.Options{})
+	require.NoError(b, reps[0].rep.BecomeLeader(tp, 1, []int32{0, 1, 2}, []int32{0, 1, 2}))
+	require.NoError(b, reps[1].rep.BecomeFollower(tp, 1, 0))
+	require.NoError(b, reps[2].rep.BecomeFollower(tp, 1, 0))
+	leader := reps[0].rep
+	batch := batchOfSize(b, benchBatchBytes)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	caughtUp := func() {
+		end := reps[0].log.LogEndOffset()
+		for _, r := range reps[1:] {
+			require.NoError(b, r.log.WaitForData(ctx, end-1, false))
+		}
+	}
+	// Warm up: connections, buffers, the ISR.
+	for range 64 {
+		_, err := leader.Produce(ctx, tp, batch, AcksAll)
+		require.NoError(b, err)
+	}
+	caughtUp()
+
+	lat := make([]time.Duration, 0, b.N*produceBatches)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(batch) * produceBatches))
+	b.ResetTimer()
+	for range b.N {
+		for range produceBatches {
+			start := time.Now()
+			_, err := leader.Produce(ctx, tp, batch, acks)
+			lat = append(lat, time.Since(start))
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		caughtUp() // every iteration starts with the followers in step
+		b.StartTimer()
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	p99 := percentileMicros(lat, 0.99)
+	b.ReportMetric(percentileMicros(lat, 0.50), "p50-us")
+	b.ReportMetric(p99, "p99-us")
+	b.ReportMetric(percentileMicros(lat, 0.999), "p999-us")
+	return p99
+}
+
+// catchUpBytes is the data BenchmarkFollowerCatchUp copies: 256 MiB of
+// 16 KiB batches.
+const catchUpBytes = 256 << 20
+
+// BenchmarkFollowerCatchUp compares how fast a follower copies a leader's
+// log over TCP loopback with how fast the same batches are appended to a
+// log directly, without fsyncs (the follower runs with RelaxedDurability,
+// Kafka's semantics), so that it measures replication rather than the
+// disk; BenchmarkDurableCatchUp is the same with fsyncs.
+//
+//   - impl=local appends the 16,384 batches of 16 KiB (256 MiB) one by
+//     one to an empty log.
+//   - impl=follower starts a Replicator following a leader whose log
+//     already holds those batches, and stops when the follower's log end
+//     reaches the leader's.
+//
+// Both use default log options. impl=follower also reports x-local, its
+// throughput over impl=local's from the same run (goal: at least 0.8).
+func BenchmarkFollowerCatchUp(b *testing.B) { benchCatchUpImpls(b, false) }
+
+// BenchmarkDurableCatchUp is BenchmarkFollowerCatchUp with durability:
+// impl=local fsyncs the log after the appends, and the follower runs the
+// default configuration, which fsyncs what each fetch appended before
+// fetching on.
+func BenchmarkDurableCatchUp(b *testing.B) { benchCatchUpImpls(b, true) }
+
+func benchCatchUpImpls(b *testing.B, durable bool) {
+	batch := batchOfSize(b, benchBatchBytes)
+	n := catchUpBytes / len(batch)
+	var localNsPerByte float64
+	b.Run("impl=local", func(b *testing.B) {
+		b.SetBytes(int64(n * len(batch)))
+		b.ReportAllocs()
+		var elapsed time.Duration
+		for range b.N {
+			b.StopTimer()
+			l, err := log.Open(b.TempDir(), log.Options{})
+			require.NoError(b, err)
+			b.StartTimer()
+			start := time.Now()
+			for range n {
+				if _, err := l.Append(batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if durable {
+				require.NoError(b, l.Sync())
+			}
+			elapsed += time.Since(start)
+			b.StopTimer()
+			require.NoError(b, l.Close())
+			b.StartTimer()
+		}
+		localNsPerByte = float64(elapsed) / float64(b.N*n*len(batch))
+	})
+	b.Run("impl=follower", func(b *testing.B) {
+		elapsed := benchCatchUp(b, batch, n, durable)
+		if localNsPerByte > 0 {
+			nsPerByte := float64(elapsed) / float64(b.N*n*len(batch))
+			b.ReportMetric(localNsPerByte/nsPerByte, "x-local")
+		}
+	})
+}
+
+// benchCatchUp runs the impl=follower iterations and returns their total
+// time.
+func benchCatchUp(b *testing.B, batch []byte, n int, durable bool) time.Duration {
+	tp := TopicPartition{Topic: "bench", Partition: 0}
+	dir := b.TempDir()
+	l, err := log.Open(dir, log.Options{})
+	require.NoError(b, err)
+	b.Cleanup(func() { require.NoError(b, l.Close()) })
+	leader, err := New(Config{ReplicaID: 0, ClusterID: "bench"}, NewMemNetwork(0).Transport(0))
+	require.NoError(b, err)
+	b.Cleanup(func() { require.NoError(b, leader.Close()) })
+	require.NoError(b, leader.AddPartition(tp, l))
+	require.NoError(b, leader.BecomeLeader(tp, 1, []int32{0, 1}, []int32{0}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for range n {
+		_, err := leader.Produce(ctx, tp, batch, AcksLeader)
+		require.NoError(b, err)
+	}
+	require.NoError(b, l.Sync())
+	end := l.LogEndOffset()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	srv, err := NewTCPServer(leader, ln, TCPOptions{})
+	require.NoError(b, err)
+	b.Cleanup(func() { require.NoError(b, srv.Close()) })
+	addr := ln.Addr().String()
+
+	b.SetBytes(int64(n * len(batch)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var elapsed time.Duration
+	for i := range b.N {
+		b.StopTimer()
+		fl, err := log.Open(b.TempDir(), log.Options{})
+		require.NoError(b, err)
+		tr, err := NewTCPTransport(TCPOptions{Resolve: func(int32) (string, error) { return addr, nil }})
+		require.NoError(b, err)
+		follower, err := New(Config{ReplicaID: 1, ClusterID: "bench", RelaxedDurability: !durable}, tr)
+		require.NoError(b, err)
+		require.NoError(b, follower.AddPartition(tp, fl))
+		b.StartTimer()
+		start := time.Now()
+		require.NoError(b, follower.BecomeFollower(tp, 1, 0))
+		require.NoError(b, fl.WaitForData(ctx, end-1, false), fmt.Sprintf("iteration %d", i))
+		elapsed += time.Since(start)
+		b.StopTimer()
+		require.NoError(b, follower.Close())
+		require.NoError(b, tr.Close())
+		require.NoError(b, fl.Close())
+		b.StartTimer()
+	}
+	return elapsed
+}
