@@ -35,9 +35,18 @@ func (c *fileCache) openFiles() int {
 }
 
 // openFile opens name and returns a handle whose file may be closed and
-// reopened (without O_CREATE, O_TRUNC, O_EXCL) behind it.
+// reopened (without O_CREATE, O_TRUNC, O_EXCL) behind it. An existing
+// file (flag without O_CREATE) is only checked for with a Stat and
+// opened at its first use: opening thousands of logs opens none of their
+// segment files.
 func (c *fileCache) openFile(name string, flag int, perm os.FileMode) (*cachedFile, error) {
 	cf := &cachedFile{c: c, name: name, flag: flag &^ (os.O_CREATE | os.O_TRUNC | os.O_EXCL)}
+	if flag&os.O_CREATE == 0 {
+		if _, err := c.fs.Stat(name); err != nil {
+			return nil, err
+		}
+		return cf, nil
+	}
 	f, err := c.fs.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
@@ -208,8 +217,17 @@ func (cf *cachedFile) Truncate(size int64) error {
 	return f.Truncate(size)
 }
 
-// Stat returns the file's metadata.
+// Stat returns the file's metadata; a file not open is not opened for it
+// but looked up by name.
 func (cf *cachedFile) Stat() (os.FileInfo, error) {
+	c := cf.c
+	c.mu.Lock()
+	if cf.f == nil && !cf.closed {
+		name := cf.name
+		c.mu.Unlock()
+		return c.fs.Stat(name)
+	}
+	c.mu.Unlock()
 	f, err := cf.acquire()
 	if err != nil {
 		return nil, err

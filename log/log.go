@@ -71,9 +71,12 @@ func Open(dir string, opts Options) (*Log, error) {
 	// The directory's own entry is durable only once its parent is synced;
 	// without this a power loss can take a new log, synced data and all.
 	// Done on every Open, not only at creation, in case an earlier Open
-	// created the directory and failed before syncing its parent.
-	if err := o.FS.SyncDir(filepath.Dir(dir)); err != nil {
-		return nil, err
+	// created the directory and failed before syncing its parent (unless
+	// a Manager synced the parent for all its logs).
+	if !o.dirSynced {
+		if err := o.FS.SyncDir(filepath.Dir(dir)); err != nil {
+			return nil, err
+		}
 	}
 	l := &Log{
 		dir:  dir,
@@ -212,6 +215,11 @@ func (l *Log) cleanShutdown() error {
 	}
 	if err := l.storeRecoveryPoint(leo, false); err != nil {
 		return err
+	}
+	if st := l.opts.recoveryPoints; st != nil {
+		// The Manager writes both for all its logs when it closes.
+		st.storeClean(l.dir, leo, l.HighWatermark())
+		return nil
 	}
 	if err := writeOffsetCheckpoint(l.opts.FS, l.path(highWatermarkFile), l.HighWatermark()); err != nil {
 		return l.fail(err)

@@ -17,6 +17,8 @@ const (
 	defaultSchedulerTick          = 100 * time.Millisecond
 	defaultCheckpointInterval     = time.Second
 	managerCheckpointFile         = "recovery-point-offset-checkpoint"
+	managerHighWatermarkFile      = "replication-offset-checkpoint"
+	managerCleanShutdownFile      = "clean-shutdown"
 	deletedDirSuffix              = ".deleted"
 )
 
@@ -67,6 +69,10 @@ type ManagerOptions struct {
 // atomically) instead of one per log. Logs keep the contract of Open.
 //
 //	<dir>/recovery-point-offset-checkpoint   0 / count / "<log name> <offset>" lines
+//	<dir>/replication-offset-checkpoint      high watermarks at the last Close, same format
+//	<dir>/clean-shutdown                     log end offsets of the logs closed cleanly
+//	                                         by the last Close, same format; removed
+//	                                         (durably) by OpenManager before it opens a log
 //	<dir>/orders-0/00000000000000000000.log   a log, as log.Open lays it out
 //	<dir>/orders-1/...
 //
@@ -80,6 +86,7 @@ type Manager struct {
 
 	mu     sync.Mutex
 	logs   map[string]*Log
+	busy   map[string]bool // names being created or deleted, outside mu
 	closed bool
 
 	rp rpStore
@@ -113,22 +120,37 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{},
-		stop: make(chan struct{}), done: make(chan struct{})}
-	m.rp = rpStore{m: m, offsets: map[string]int64{}}
-	if err := m.rp.read(); err != nil {
+		busy: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	m.rp = newRPStore(m)
+	cleanFile, err := m.rp.read()
+	if err != nil {
+		return nil, err
+	}
+	// The clean-shutdown markers are in memory now: the file goes before
+	// any log is opened (and may be written to), so that a crash from here
+	// on makes the next OpenManager recover every log.
+	if cleanFile {
+		if err := fs.Remove(filepath.Join(dir, managerCleanShutdownFile)); err != nil {
+			return nil, err
+		}
+	}
+	names, err := m.scanDir()
+	if err != nil {
+		return nil, err
+	}
+	// One directory fsync makes the marker's removal, the removal of
+	// half-deleted logs and every log directory's entry durable, so the
+	// logs' Opens need not sync the data directory each.
+	if err := fs.SyncDir(dir); err != nil {
 		return nil, err
 	}
 	m.sched = newScheduler(o.Workers, defaultSchedulerTick, lo.Now)
-	names, err := m.scanDir()
-	if err != nil {
-		m.sched.close()
-		return nil, err
-	}
 	if err := m.openAll(names); err != nil {
 		m.closeLogs()
 		m.sched.close()
 		return nil, err
 	}
+	m.rp.opened()
 	go m.checkpointLoop()
 	return m, nil
 }
@@ -170,8 +192,10 @@ func (m *Manager) openAll(names []string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			o := m.logOptions()
+			o.dirSynced = true // by OpenManager
 			for name := range work {
-				l, err := Open(filepath.Join(m.dir, name), m.logOptions())
+				l, err := Open(filepath.Join(m.dir, name), o)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = fmt.Errorf("log %s: %w", name, err)
@@ -206,23 +230,50 @@ func (m *Manager) Create(name string) (*Log, error) {
 		return nil, fmt.Errorf("replog/log: invalid log name %q", name)
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if _, ok := m.logs[name]; ok {
+	if _, ok := m.logs[name]; ok || m.busy[name] {
+		m.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrLogExists, name)
 	}
-	l, err := Open(filepath.Join(m.dir, name), m.logOptions())
+	// Open runs outside mu (it fsyncs), so that creating one log does not
+	// hold up Get, Names, Stats and other Creates.
+	m.busy[name] = true
+	m.mu.Unlock()
+	l, err := m.create(name)
+	m.mu.Lock()
+	delete(m.busy, name)
+	if err == nil && m.closed {
+		err = ErrClosed
+		_ = l.Close()
+	}
+	if err == nil {
+		m.logs[name] = l
+	}
+	m.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	if err := m.opts.Log.FS.SyncDir(m.dir); err != nil {
-		l.Close()
-		return nil, err
-	}
-	m.logs[name] = l
 	return l, nil
+}
+
+func (m *Manager) create(name string) (*Log, error) {
+	dir := filepath.Join(m.dir, name)
+	// A recovery point kept for the name belongs to a deleted log whose
+	// checkpoint entry was not rewritten yet: it must be gone, durably,
+	// before the new log can be written, or a crash would make recovery
+	// trust the old log's recovery point for the new log's segments.
+	stale := m.rp.has(dir)
+	m.rp.forget(dir) // and a high watermark left by a deleted log
+	if stale {
+		if err := m.rp.write(); err != nil {
+			return nil, err
+		}
+	}
+	// Open makes the new directory's entry durable (it syncs m.dir).
+	return Open(dir, m.logOptions())
 }
 
 // Get returns the open log called name.
@@ -252,6 +303,16 @@ func (m *Manager) Delete(name string) error {
 	m.mu.Lock()
 	l, ok := m.logs[name]
 	delete(m.logs, name)
+	if ok {
+		// Create fails with ErrLogExists until the directory is gone:
+		// it would open the old log's files.
+		m.busy[name] = true
+		defer func() {
+			m.mu.Lock()
+			delete(m.busy, name)
+			m.mu.Unlock()
+		}()
+	}
 	m.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrNoSuchLog, name)
@@ -260,6 +321,7 @@ func (m *Manager) Delete(name string) error {
 	fs := m.opts.Log.FS
 	dir := filepath.Join(m.dir, name)
 	gone := dir + deletedDirSuffix
+	_ = fs.RemoveAll(gone) // left by an earlier Delete whose removal failed
 	if err := fs.Rename(dir, gone); err != nil {
 		return err
 	}
@@ -310,7 +372,12 @@ func (m *Manager) Close() error {
 	close(m.stop)
 	<-m.done
 	err := m.closeLogs()
-	if werr := m.rp.write(); err == nil {
+	werr := m.rp.write()
+	if werr == nil {
+		// The clean-shutdown markers last, once everything else is durable.
+		werr = m.rp.writeClosed()
+	}
+	if err == nil {
 		err = werr
 	}
 	m.sched.close()

@@ -100,15 +100,30 @@ type Options struct {
 	// files, when set by a Manager, bounds the open segment files.
 	files *fileCache
 	// recoveryPoints, when set by a Manager, keeps the recovery point in
-	// the Manager's one checkpoint file instead of the log's own.
+	// the Manager's one checkpoint file instead of the log's own, and so
+	// the clean-shutdown marker and the high watermark.
 	recoveryPoints recoveryPointStore
+	// dirSynced is set by a Manager that made the log directory's entry
+	// durable itself: Open need not sync the parent directory.
+	dirSynced bool
 }
 
-// recoveryPointStore keeps the recovery points of many logs.
+// recoveryPointStore keeps the recovery points of many logs, and what a
+// clean Close leaves: the log end offset (the clean-shutdown marker) and
+// the high watermark.
 type recoveryPointStore interface {
 	load(dir string) (int64, bool)
 	// store records rp; with urgent it is durable before store returns.
 	store(dir string, rp int64, urgent bool) error
+	// loadClean returns the log end offset of a clean Close that Open may
+	// trust.
+	loadClean(dir string) (int64, bool)
+	// storeClean records a clean Close at leo with high watermark hw, to
+	// become durable later (at the Manager's Close).
+	storeClean(dir string, leo, hw int64)
+	// loadHighWatermark returns the high watermark of the last clean
+	// Close.
+	loadHighWatermark(dir string) (int64, bool)
 }
 
 // withDefaults returns a copy of o with zero fields set to their defaults,

@@ -22,11 +22,16 @@ func (l *Log) load() error {
 	if err != nil {
 		return err
 	}
-	marker, clean, err := readCleanShutdown(fs, l.path(cleanShutdownFile))
-	if err != nil {
+	store := l.opts.recoveryPoints
+	var marker int64
+	var clean bool
+	if store != nil {
+		marker, clean = store.loadClean(l.dir)
+	} else if marker, clean, err = readCleanShutdown(fs, l.path(cleanShutdownFile)); err != nil {
 		l.opts.Logger.Warn("replog/log: unreadable clean-shutdown marker; recovering", "dir", l.dir, "err", err)
 	}
 	rp, ok, err := l.loadRecoveryPoint()
+	rpLeft := err != nil || ok // some recovery point is on disk
 	if err != nil || !ok {
 		rp, clean = 0, false // no trustworthy recovery point: scan everything
 	}
@@ -44,7 +49,8 @@ func (l *Log) load() error {
 		segs = append(segs, s)
 		l.setSegments(segs)
 	}
-	if len(segs) == 0 {
+	fresh := len(segs) == 0
+	if fresh {
 		s, err := createSegment(l.seg, max(logStart, 0), l.now())
 		if err != nil {
 			return err
@@ -56,9 +62,12 @@ func (l *Log) load() error {
 	for i, s := range segs[:len(segs)-1] {
 		s.next.Store(segs[i+1].base)
 	}
-	if clean {
+	switch {
+	case clean:
 		err = l.loadClean(marker)
-	} else {
+	case fresh:
+		err = l.loadFresh(rpLeft && (rp != segs[0].base || !ok))
+	default:
 		err = l.recover(rp)
 	}
 	if err != nil {
@@ -77,7 +86,14 @@ func (l *Log) load() error {
 	leo := act.next.Load()
 	l.leo.Store(leo)
 	l.logStart.Store(min(max(logStart, segs[0].base), leo))
-	hw, _, _ := readOffsetCheckpoint(fs, l.path(highWatermarkFile))
+	var hw int64
+	ok = false
+	if store != nil {
+		hw, ok = store.loadHighWatermark(l.dir)
+	}
+	if !ok {
+		hw, _, _ = readOffsetCheckpoint(fs, l.path(highWatermarkFile))
+	}
 	l.hw.Store(min(max(hw, l.logStart.Load()), leo))
 	if clean {
 		l.recoveryPt.Store(leo)
@@ -89,8 +105,15 @@ func (l *Log) load() error {
 	if err := l.loadProducerState(leo); err != nil {
 		return err
 	}
-	if err := fs.Remove(l.path(cleanShutdownFile)); err != nil && !os.IsNotExist(err) {
+	err = fs.Remove(l.path(cleanShutdownFile))
+	if err != nil && !os.IsNotExist(err) {
 		return err
+	}
+	if store != nil && clean && err != nil {
+		// A Manager's log loaded from the Manager's marker, with no marker
+		// file of its own to remove: the directory is as it was, nothing
+		// to make durable (the Manager removed its marker already).
+		return nil
 	}
 	return fs.SyncDir(l.dir)
 }
@@ -193,6 +216,23 @@ func (l *Log) loadClean(leo int64) error {
 		return err
 	}
 	l.loadSegmentMeta(act)
+	return nil
+}
+
+// loadFresh sets up a log that had no segment (a new log): its one
+// segment was just created empty, so there is nothing to scan or fsync
+// (load's final directory fsync makes the new file's entry durable). A
+// recovery point left on disk by an earlier log in the directory is
+// replaced first when staleRP: recovery skips the segments below it.
+func (l *Log) loadFresh(staleRP bool) error {
+	base := l.active().base
+	if staleRP {
+		if err := l.persistRecoveryPoint(base, true); err != nil {
+			return err
+		}
+	}
+	l.recoveryPt.Store(base)
+	l.sync.durable = base
 	return nil
 }
 
