@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -30,7 +32,8 @@ func startBroker(t testing.TB, dir string) *Broker {
 		DataDir:    dir,
 		Partitions: testPartitions,
 		// Small segments, so that reads cross segment boundaries.
-		Log: replog.Options{SegmentBytes: 4 << 20},
+		Log:    replog.Options{SegmentBytes: 4 << 20},
+		Logger: testLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +47,15 @@ func startBroker(t testing.TB, dir string) *Broker {
 		}
 	})
 	return b
+}
+
+// testLogger logs the broker's debug messages to stderr when BROKER_LOG is
+// set, for debugging a test.
+func testLogger() *slog.Logger {
+	if os.Getenv("BROKER_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // restart closes b and starts a new broker on the same data directory.

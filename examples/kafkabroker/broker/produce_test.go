@@ -1,0 +1,150 @@
+package broker
+
+import (
+	"testing"
+
+	replog "github.com/replog/replog/log"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// initProducerID asks for a producer id on rc.
+func initProducerID(t *testing.T, rc *rawConn) int64 {
+	t.Helper()
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.Version = 1
+	resp := kmsg.NewPtrInitProducerIDResponse()
+	resp.Version = 1
+	if err := resp.ReadFrom(rc.request(req)); err != nil {
+		t.Fatal(err)
+	}
+	if resp.ErrorCode != 0 || resp.ProducerEpoch != 0 {
+		t.Fatalf("InitProducerId: error %d epoch %d", resp.ErrorCode, resp.ProducerEpoch)
+	}
+	return resp.ProducerID
+}
+
+// produceBatch sends one idempotent batch of n records to topic/0 and
+// returns the partition's answer.
+func produceBatch(t *testing.T, rc *rawConn, topic string, pid int64, seq int32, n int) kmsg.ProduceResponseTopicPartition {
+	t.Helper()
+	bb := replog.NewBatchBuilder()
+	bb.Reset(replog.BatchOptions{ProducerID: pid, ProducerEpoch: 0, BaseSequence: seq})
+	for i := range n {
+		bb.Add(1_700_000_000_000, nil, testValue(int(seq)+i))
+	}
+	batch, err := bb.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 8
+	req.Acks = -1
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 8
+	if err := resp.ReadFrom(rc.request(req)); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Topics[0].Partitions[0]
+}
+
+// TestIdempotentProducer checks that a retried batch is acknowledged with
+// its original offset and not stored twice, that a sequence gap is refused,
+// and that producer ids are never handed out twice, across restarts too.
+func TestIdempotentProducer(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("idem", 1); code != errNone {
+		t.Fatalf("create topic: error %d", code)
+	}
+	rc := dial(t, b)
+	pid := initProducerID(t, rc)
+
+	steps := []struct {
+		name       string
+		seq        int32
+		n          int
+		errCode    int16
+		baseOffset int64
+	}{
+		{"first batch", 0, 5, errNone, 0},
+		{"second batch", 5, 3, errNone, 5},
+		{"retry of the first", 0, 5, errNone, 0},
+		{"retry of the second", 5, 3, errNone, 5},
+		{"sequence gap", 10, 1, errOutOfOrderSequence, -1},
+		{"next batch", 8, 2, errNone, 8},
+	}
+	for _, s := range steps {
+		got := produceBatch(t, rc, "idem", pid, s.seq, s.n)
+		if got.ErrorCode != s.errCode || got.BaseOffset != s.baseOffset {
+			t.Errorf("%s: error %d base offset %d, want error %d base offset %d",
+				s.name, got.ErrorCode, got.BaseOffset, s.errCode, s.baseOffset)
+		}
+	}
+	if end := b.partition("idem", 0).log.LogEndOffset(); end != 10 {
+		t.Errorf("log end offset %d, want 10: retries were stored again", end)
+	}
+
+	seen := map[int64]bool{pid: true}
+	for range 3 {
+		b = restart(t, b)
+		rc = dial(t, b)
+		id := initProducerID(t, rc)
+		if seen[id] {
+			t.Fatalf("producer id %d handed out twice", id)
+		}
+		seen[id] = true
+		// A new producer starts at sequence 0 on the same partition.
+		if got := produceBatch(t, rc, "idem", id, 0, 1); got.ErrorCode != errNone {
+			t.Fatalf("new producer %d: error %d", id, got.ErrorCode)
+		}
+	}
+}
+
+// TestCreateTopics checks CreateTopics and its errors.
+func TestCreateTopics(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	rc := dial(t, b)
+	create := func(name string, partitions int32, validateOnly bool) int16 {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		req.Version = 4
+		req.ValidateOnly = validateOnly
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, -1
+		req.Topics = append(req.Topics, rt)
+		resp := kmsg.NewPtrCreateTopicsResponse()
+		resp.Version = 4
+		if err := resp.ReadFrom(rc.request(req)); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].ErrorCode
+	}
+	tests := []struct {
+		name         string
+		partitions   int32
+		validateOnly bool
+		want         int16
+	}{
+		{"checked", 3, true, errNone},
+		{"made", 3, false, errNone},
+		{"made", 3, false, errTopicAlreadyExists},
+		{"default-count", -1, false, errNone},
+		{"../escape", 1, false, errInvalidTopic},
+		{"zero", 0, false, errInvalidPartitions},
+	}
+	for _, tt := range tests {
+		if got := create(tt.name, tt.partitions, tt.validateOnly); got != tt.want {
+			t.Errorf("create %q (%d partitions, validate only %v): error %d, want %d",
+				tt.name, tt.partitions, tt.validateOnly, got, tt.want)
+		}
+	}
+	for topic, want := range map[string]int{"checked": 0, "made": 3, "default-count": testPartitions} {
+		if got := len(b.partitions(topic)); got != want {
+			t.Errorf("topic %q has %d partitions, want %d", topic, got, want)
+		}
+	}
+}
