@@ -17,6 +17,7 @@ const (
 	errMessageTooLarge           int16 = 10
 	errOffsetMetadataTooLarge    int16 = 12
 	errInvalidTopic              int16 = 17
+	errInvalidRequiredAcks       int16 = 21
 	errIllegalGeneration         int16 = 22
 	errInconsistentGroupProtocol int16 = 23
 	errInvalidGroupID            int16 = 24

@@ -150,8 +150,8 @@ func (b *Broker) waitForFetch(topics []fetchTopic, deadline time.Time) bool {
 
 // writeFetch encodes a fetch response (v4-v11) and sends it with the
 // connection's send.Builder: the encoded header runs from memory, each
-// partition's record batches straight from its segment file (sendfile for
-// large regions).
+// partition's record batches from its segment file region, read at write
+// time (the Manager's cached files have no descriptor for sendfile).
 //
 //	size i32 | correlation i32 | throttle i32 | [v7+ error i16 | session i32]
 //	topics i32 | per topic: name str | partitions i32 | per partition:

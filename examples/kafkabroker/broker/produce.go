@@ -32,6 +32,9 @@ func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 			case p == nil:
 				rp.ErrorCode = errUnknownTopicOrPartition
 				continue
+			case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
+				rp.ErrorCode = errInvalidRequiredAcks
+				continue
 			case req.TransactionID != nil:
 				rp.ErrorCode = errInvalidRequest // no transactions here
 				continue
