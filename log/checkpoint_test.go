@@ -87,7 +87,11 @@ func TestDecodeCheckpointOversize(t *testing.T) {
 	// Through the file reader too: the size is checked before reading.
 	fs := vfs.NewMem()
 	require.NoError(t, fs.MkdirAll("/c", 0o755))
-	writeFileFS(t, fs, "/c/big", data)
+	writeFileFS(t, fs, "/c/big", []byte("0\n1\n5\n"))
+	f, err := fs.OpenFile("/c/big", os.O_RDWR, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(maxCheckpointBytes+1))
+	require.NoError(t, f.Close())
 	_, _, err = readCheckpoint(fs, "/c/big", 1)
 	require.ErrorIs(t, err, ErrCorrupt)
 }
