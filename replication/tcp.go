@@ -215,7 +215,8 @@ func (t *TCPTransport) conn(ctx context.Context, node int32, addr string) (*tcpC
 		}
 		return nil, false, fmt.Errorf("%w: node %d at %s: %w", ErrUnreachable, node, addr, err)
 	}
-	c := &tcpConn{node: node, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, 16<<10)}
+	// 64 KiB: a response of a few small batches arrives with one read.
+	c := &tcpConn{node: node, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
