@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/replog/replog/internal/vfs"
@@ -284,6 +285,7 @@ func TestWaitForData(t *testing.T) {
 				done <- err
 				return done
 			default:
+				runtime.Gosched()
 			}
 		}
 		return done
