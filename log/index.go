@@ -33,10 +33,13 @@ type index struct {
 	loaded    bool // entries reflect the file (or were built in memory)
 	written   int  // bytes of entries known to be in the file
 	dirty     bool // the file needs rewriting from 0 (after truncation)
+	// synced is how many bytes of entries the file is known to hold
+	// durably (-1: unknown), so an unchanged index is not fsynced again.
+	synced int
 }
 
 func newIndex(path string, entrySize int, loaded bool) *index {
-	return &index{path: path, entrySize: entrySize, loaded: loaded}
+	return &index{path: path, entrySize: entrySize, loaded: loaded, synced: -1}
 }
 
 // ensureLoaded reads the index file if its entries are not in memory yet.
@@ -64,6 +67,9 @@ func (x *index) ensureLoaded(fs vfs.FS, validate func([]byte) error) error {
 		return fmt.Errorf("index %s: %w", x.path, err)
 	}
 	x.entries, x.loaded, x.written = data, true, len(data)
+	if data != nil {
+		x.synced = len(data)
+	}
 	return nil
 }
 
@@ -134,7 +140,11 @@ func (x *index) flush(fs vfs.FS, sync bool) error {
 	data := x.entries[from:len(x.entries):len(x.entries)]
 	end := len(x.entries)
 	dirty := x.dirty
+	unchanged := !dirty && from == end && x.synced == end
 	x.mu.RUnlock()
+	if unchanged {
+		return nil // the file already holds exactly these entries, durably
+	}
 
 	f, err := fs.OpenFile(x.path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -158,6 +168,9 @@ func (x *index) flush(fs vfs.FS, sync bool) error {
 		x.written = end
 		if dirty {
 			x.dirty = false
+		}
+		if sync {
+			x.synced = end
 		}
 	}
 	x.mu.Unlock()
