@@ -125,7 +125,12 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 	stopClose := context.AfterFunc(r.ctx, cancel) // Close releases waiters too
 	defer stopClose()
 	err = p.log.WaitForData(waitCtx, info.LastOffset, true)
-	if err != nil && ctx.Err() == nil && leadCtx.Err() != nil {
+	// The high watermark only acknowledges the batch while this node
+	// still leads the epoch it was appended in: once it follows, its
+	// high watermark is the new leader's, over records that may have
+	// replaced the batch. (The leadership ends before the role changes,
+	// so a follower's high watermark is never seen with leadCtx alive.)
+	if err != nil && ctx.Err() == nil && leadCtx.Err() != nil || err == nil && leadCtx.Err() != nil {
 		return info, fmt.Errorf("%w: %s: leadership changed before the high watermark passed offset %d", ErrNotLeader, tp, info.LastOffset)
 	}
 	if err != nil && ctx.Err() == nil && r.ctx.Err() != nil {
