@@ -96,7 +96,9 @@ func (n *Node) Log(tp TopicPartition) (*log.Log, bool) {
 // BecomeLeader makes this node the leader of tp at epoch, with the given
 // replica set (including this node) and ISR. Followers are expected to
 // fetch; until they do, the high watermark waits for the ISR members. A
-// stale epoch returns ErrStaleEpoch.
+// stale epoch returns ErrStaleEpoch. Repeating the epoch this node leads
+// changes nothing: the ISR it carries may predate changes persisted since
+// through OnISRChange (change the ISR or replicas with a newer epoch).
 func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int32, now time.Time) error {
 	p := n.partition(tp)
 	if p == nil {
@@ -110,6 +112,10 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	if epoch < p.epoch || (epoch == p.epoch && p.role != roleLeader && p.role != roleNone) {
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
+	}
+	if epoch == p.epoch && p.role == roleLeader {
+		n.mu.Unlock()
+		return nil
 	}
 	n.unfollowLocked(p)
 	n.mu.Unlock()
