@@ -119,6 +119,10 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	// The data directory's own entry, as Open does for a log's.
+	if err := fs.SyncDir(filepath.Dir(dir)); err != nil {
+		return nil, err
+	}
 	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{},
 		busy: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	m.rp = newRPStore(m)
@@ -261,10 +265,11 @@ func (m *Manager) Create(name string) (*Log, error) {
 
 func (m *Manager) create(name string) (*Log, error) {
 	dir := filepath.Join(m.dir, name)
-	// A recovery point kept for the name belongs to a deleted log whose
-	// checkpoint entry was not rewritten yet: it must be gone, durably,
-	// before the new log can be written, or a crash would make recovery
-	// trust the old log's recovery point for the new log's segments.
+	// A recovery point kept for the name belongs to a deleted log (one
+	// whose Delete was cut short by a crash after the rename): it must be
+	// gone, durably, before the new log can be written, or a crash would
+	// make recovery trust the old log's recovery point for the new log's
+	// segments.
 	stale := m.rp.has(dir)
 	m.rp.forget(dir) // and a high watermark left by a deleted log
 	if stale {
@@ -328,7 +333,14 @@ func (m *Manager) Delete(name string) error {
 	if err := fs.SyncDir(m.dir); err != nil {
 		return err
 	}
+	// The log's recovery point leaves the checkpoint file now, not at the
+	// next timed write: a log created again under the name must never be
+	// recovered from the old log's recovery point, which would skip its
+	// unsynced segments below it.
 	m.rp.forget(dir)
+	if err := m.rp.write(); err != nil {
+		return err
+	}
 	return fs.RemoveAll(gone)
 }
 
