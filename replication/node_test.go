@@ -1,0 +1,705 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+	"github.com/replog/replog/log"
+)
+
+// Unit tests of the synchronous protocol core, after Kafka's
+// AbstractFetcherThreadTest (testTruncation, testDivergingEpochs) and
+// PartitionTest (testMaybeShrinkIsr,
+// testHighWatermarkAdvanceShouldNotAdvanceWhenUnderMinISR).
+
+var (
+	ntp   = TopicPartition{Topic: "t", Partition: 0}
+	ntime = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+var errTestRefused = errors.New("test: ISR change refused")
+
+// testReplica is a Node hosting ntp on an in-memory log.
+type testReplica struct {
+	id         int32
+	node       *Node
+	log        *log.Log
+	refuseISR  bool
+	isrChanges [][]int32
+}
+
+func newTestReplica(t *testing.T, id int32, cfg Config) *testReplica {
+	t.Helper()
+	l, err := log.Open("/log", log.Options{FS: vfs.NewMem(), Now: func() time.Time { return ntime }})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	r := &testReplica{id: id, log: l}
+	cfg.ReplicaID, cfg.ClusterID = id, "c"
+	cfg.OnISRChange = func(tp TopicPartition, epoch int32, isr []int32) error {
+		if r.refuseISR {
+			return errTestRefused
+		}
+		r.isrChanges = append(r.isrChanges, isr)
+		return nil
+	}
+	r.node, err = NewNode(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.node.AddPartition(ntp, l))
+	return r
+}
+
+func (r *testReplica) isr() []int32 {
+	p := r.node.partition(ntp)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.isr)
+}
+
+// testBatch is one batch of the given values with a fixed timestamp, so
+// that equal values at equal offsets and epochs give equal bytes.
+func testBatch(t *testing.T, values ...string) []byte {
+	t.Helper()
+	bb := log.NewBatchBuilder()
+	for _, v := range values {
+		bb.Add(ntime.UnixMilli(), nil, []byte(v))
+	}
+	b, err := bb.Build(nil)
+	require.NoError(t, err)
+	return b
+}
+
+// produce appends n one-record batches on the leader and does what
+// Replicator.Produce does before waiting: fsync, then update the high
+// watermark.
+func (r *testReplica) produce(t *testing.T, n int, acks Acks) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		_, p, _, err := r.node.appendAsLeader(ntp, testBatch(t, fmt.Sprintf("p%d-%d", r.log.LogEndOffset(), i)), acks)
+		require.NoError(t, err)
+		require.NoError(t, p.log.Sync())
+		p.mu.Lock()
+		r.node.maybeAdvanceHW(p)
+		p.mu.Unlock()
+	}
+}
+
+// epochRun is n one-record batches written at a leader epoch.
+type epochRun struct {
+	epoch int32
+	n     int
+}
+
+// appendEpochs writes runs to l directly; the record at offset o of epoch
+// e is "e<e>-o<o>" in every log.
+func appendEpochs(t *testing.T, l *log.Log, runs ...epochRun) {
+	t.Helper()
+	for _, r := range runs {
+		for i := 0; i < r.n; i++ {
+			_, err := l.AppendAsLeader(testBatch(t, fmt.Sprintf("e%d-o%d", r.epoch, l.LogEndOffset())), r.epoch)
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, l.Sync())
+}
+
+// fetchOnce sends f's next fetch to leader and applies the answer.
+func fetchOnce(t *testing.T, f, leader *testReplica, now time.Time) (*FetchRequest, *FetchResponse) {
+	t.Helper()
+	req := f.node.BuildFetch(leader.id, now)
+	require.NotNil(t, req)
+	resp, err := leader.node.HandleFetch(req, now)
+	require.NoError(t, err)
+	require.NoError(t, resp.Materialize())
+	_, err = f.node.HandleFetchResponse(leader.id, req, resp, now)
+	require.NoError(t, err)
+	return req, resp
+}
+
+func requireSameLog(t *testing.T, want, got *log.Log) {
+	t.Helper()
+	a, err := readAll(want)
+	require.NoError(t, err)
+	b, err := readAll(got)
+	require.NoError(t, err)
+	require.Equal(t, want.LogEndOffset(), got.LogEndOffset())
+	require.True(t, string(a) == string(b), "logs differ")
+}
+
+func cloneRequest(req *FetchRequest) *FetchRequest {
+	c := *req
+	c.Partitions = slices.Clone(req.Partitions)
+	return &c
+}
+
+func TestNodeFencesStaleEpochs(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	replicas := []int32{0, 1}
+	require.NoError(t, leader.node.BecomeLeader(ntp, 5, replicas, replicas, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 5, 0))
+
+	require.ErrorIs(t, leader.node.BecomeLeader(ntp, 4, replicas, replicas, ntime), ErrStaleEpoch)
+	require.ErrorIs(t, leader.node.BecomeFollower(ntp, 4, 1), ErrStaleEpoch)
+	require.ErrorIs(t, leader.node.BecomeFollower(ntp, 5, 1), ErrStaleEpoch, "a follower of its own leadership epoch")
+	require.ErrorIs(t, f.node.BecomeFollower(ntp, 4, 0), ErrStaleEpoch)
+	require.ErrorIs(t, f.node.BecomeLeader(ntp, 4, replicas, replicas, ntime), ErrStaleEpoch)
+	require.Equal(t, []int32{0}, f.node.Leaders(), "a refused BecomeLeader must leave the follower fetching")
+
+	leader.produce(t, 3, AcksLeader)
+	req := f.node.BuildFetch(0, ntime)
+	require.NotNil(t, req)
+	cases := []struct {
+		name   string
+		mutate func(*FetchRequest)
+		code   ErrorCode
+		err    error
+	}{
+		{"older epoch", func(r *FetchRequest) { r.Partitions[0].CurrentLeaderEpoch = 4 }, CodeFencedLeaderEpoch, ErrFencedLeaderEpoch},
+		{"newer epoch", func(r *FetchRequest) { r.Partitions[0].CurrentLeaderEpoch = 6 }, CodeUnknownLeaderEpoch, ErrUnknownLeaderEpoch},
+		{"not a replica", func(r *FetchRequest) { r.ReplicaID = 7 }, CodeNotReplica, ErrNotReplica},
+		{"the leader itself", func(r *FetchRequest) { r.ReplicaID = 0 }, CodeNotReplica, ErrNotReplica},
+		{"unknown partition", func(r *FetchRequest) { r.Partitions[0].Partition = 9 }, CodeUnknownPartition, ErrUnknownPartition},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := cloneRequest(req)
+			tc.mutate(r)
+			r.Partitions[0].FetchOffset = 3 // would move the high watermark if it counted
+			resp, err := leader.node.HandleFetch(r, ntime)
+			require.NoError(t, err)
+			require.Len(t, resp.Partitions, 1)
+			require.Equal(t, tc.code, resp.Partitions[0].Error)
+			require.ErrorIs(t, resp.Partitions[0].Error.Err(), tc.err)
+			require.Zero(t, resp.Partitions[0].Region.Length)
+			require.Equal(t, int64(0), leader.log.HighWatermark(), "a refused fetch must not count")
+		})
+	}
+
+	resp, err := f.node.HandleFetch(req, ntime)
+	require.NoError(t, err)
+	require.ErrorIs(t, resp.Partitions[0].Error.Err(), ErrNotLeader)
+	other := cloneRequest(req)
+	other.ClusterID = "other"
+	_, err = leader.node.HandleFetch(other, ntime)
+	require.ErrorIs(t, err, ErrClusterMismatch)
+
+	fetchOnce(t, f, leader, ntime)
+	fetchOnce(t, f, leader, ntime)
+	require.Equal(t, int64(3), f.log.LogEndOffset())
+	require.Equal(t, int64(3), leader.log.HighWatermark())
+
+	// A response to a fetch of the old epoch is not applied once the
+	// follower moved to a newer one.
+	leader.produce(t, 2, AcksLeader)
+	old := f.node.BuildFetch(0, ntime)
+	oldResp, err := leader.node.HandleFetch(old, ntime)
+	require.NoError(t, err)
+	require.NoError(t, oldResp.Materialize())
+	require.NotEmpty(t, oldResp.Partitions[0].Records)
+	require.NoError(t, f.node.BecomeFollower(ntp, 6, 0))
+	n, err := f.node.HandleFetchResponse(0, old, oldResp, ntime)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, int64(3), f.log.LogEndOffset())
+}
+
+// KIP-101 (Kafka's testTruncation): a follower truncates to the end of the
+// last epoch it shares with the leader, not to its high watermark (0 here).
+func TestNodeTruncatesToTheLastCommonEpoch(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	appendEpochs(t, leader.log, epochRun{1, 5}, epochRun{3, 3})
+	appendEpochs(t, f.log, epochRun{1, 5}, epochRun{2, 5}) // epoch 2 the leader never had
+	require.Equal(t, int64(0), f.log.HighWatermark())
+	require.NoError(t, leader.node.BecomeLeader(ntp, 4, []int32{0, 1}, []int32{0}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 4, 0))
+
+	req, resp := fetchOnce(t, f, leader, ntime)
+	require.Equal(t, int32(2), req.Partitions[0].LastFetchedEpoch)
+	require.Equal(t, &EpochEndOffset{Epoch: 1, EndOffset: 5}, resp.Partitions[0].Diverging)
+	require.Equal(t, int64(5), f.log.LogEndOffset())
+	require.Equal(t, []log.EpochEntry{{Epoch: 1, StartOffset: 0}}, f.log.LeaderEpochs())
+
+	fetchOnce(t, f, leader, ntime)
+	requireSameLog(t, leader.log, f.log)
+	require.Equal(t, leader.log.LeaderEpochs()[:2], f.log.LeaderEpochs())
+}
+
+// Kafka's testDivergingEpochs and its variants: the follower reaches the
+// leader's log, truncating no lower than where the logs diverge.
+func TestNodeDivergingEpochs(t *testing.T) {
+	cases := []struct {
+		name             string
+		leader, follower []epochRun
+		epoch            int32
+		diverging        *EpochEndOffset // in the first response
+		truncatedTo      int64           // the follower's lowest log end
+	}{
+		{"follower longer in the same epoch", []epochRun{{1, 6}}, []epochRun{{1, 10}}, 2, &EpochEndOffset{1, 6}, 6},
+		{"follower has an epoch the leader never had", []epochRun{{1, 5}, {4, 3}}, []epochRun{{1, 3}, {3, 5}}, 5, &EpochEndOffset{1, 5}, 3},
+		// The follower does not know epoch 2: it truncates to the end of
+		// its largest earlier epoch and asks again.
+		{"follower lacks the leader's epoch", []epochRun{{1, 4}, {2, 3}, {4, 2}}, []epochRun{{1, 4}, {3, 5}}, 5, &EpochEndOffset{2, 7}, 4},
+		{"empty follower", []epochRun{{1, 3}, {2, 2}}, nil, 3, nil, 0},
+		{"follower behind in the leader's epoch", []epochRun{{1, 3}, {2, 4}}, []epochRun{{1, 3}, {2, 2}}, 3, nil, 5},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			leader := newTestReplica(t, 0, Config{})
+			f := newTestReplica(t, 1, Config{})
+			appendEpochs(t, leader.log, tc.leader...)
+			appendEpochs(t, f.log, tc.follower...)
+			require.NoError(t, leader.node.BecomeLeader(ntp, tc.epoch, []int32{0, 1}, []int32{0}, ntime))
+			require.NoError(t, f.node.BecomeFollower(ntp, tc.epoch, 0))
+			lowest := f.log.LogEndOffset()
+			for i := 0; i < 6 && f.log.LogEndOffset() != leader.log.LogEndOffset() || i == 0; i++ {
+				_, resp := fetchOnce(t, f, leader, ntime)
+				if i == 0 {
+					require.Equal(t, tc.diverging, resp.Partitions[0].Diverging)
+				}
+				lowest = min(lowest, f.log.LogEndOffset())
+			}
+			require.Equal(t, tc.truncatedTo, lowest)
+			requireSameLog(t, leader.log, f.log)
+			_, resp := fetchOnce(t, f, leader, ntime)
+			require.Nil(t, resp.Partitions[0].Diverging, "converged logs must not diverge")
+		})
+	}
+}
+
+// The high watermark is the smallest log end over the ISR, never
+// decreases, and readers of either replica never see data above it.
+func TestNodeHighWatermarkIsMinOverISR(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2})
+	f1 := newTestReplica(t, 1, Config{})
+	f2 := newTestReplica(t, 2, Config{FetchMaxBytes: 1}) // one batch per fetch
+	all := []int32{0, 1, 2}
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, all, all, ntime))
+	require.NoError(t, f1.node.BecomeFollower(ntp, 1, 0))
+	require.NoError(t, f2.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 6, AcksAll)
+	require.Equal(t, int64(0), leader.log.HighWatermark(), "no follower has fetched")
+
+	fetchOnce(t, f1, leader, ntime)
+	fetchOnce(t, f1, leader, ntime)
+	require.Equal(t, int64(6), f1.log.LogEndOffset())
+	require.Equal(t, int64(0), leader.log.HighWatermark(), "f2 in the ISR has not fetched")
+
+	var firstReq *FetchRequest
+	for i := int64(0); i < 6; i++ {
+		req, _ := fetchOnce(t, f2, leader, ntime)
+		if firstReq == nil {
+			firstReq = req
+		}
+		require.Equal(t, i, leader.log.HighWatermark(), "min(6, 6, %d)", i)
+		require.Equal(t, i+1, f2.log.LogEndOffset())
+		require.LessOrEqual(t, f2.log.HighWatermark(), f2.log.LogEndOffset())
+	}
+	fetchOnce(t, f2, leader, ntime)
+	require.Equal(t, int64(6), leader.log.HighWatermark())
+
+	// A delayed request with f2's first fetch offset does not lower it.
+	resp, err := leader.node.HandleFetch(firstReq, ntime)
+	require.NoError(t, err)
+	require.Equal(t, CodeNone, resp.Partitions[0].Error)
+	require.Equal(t, int64(6), leader.log.HighWatermark())
+	require.Equal(t, int64(6), resp.Partitions[0].HighWatermark)
+
+	// Readers up to the high watermark see nothing above it.
+	leader.produce(t, 2, AcksAll)
+	for _, r := range []*testReplica{leader, f1} {
+		data, err := r.log.Read(nil, 0, log.ReadOptions{UpToHighWatermark: true})
+		require.NoError(t, err)
+		var next int64
+		for rest := data; len(rest) > 0; {
+			b, tail, err := log.SplitBatch(rest)
+			require.NoError(t, err)
+			next, rest = b.NextOffset(), tail
+		}
+		require.LessOrEqual(t, next, r.log.HighWatermark())
+	}
+	require.Equal(t, int64(6), leader.log.HighWatermark())
+}
+
+// PartitionTest.testHighWatermarkAdvanceShouldNotAdvanceWhenUnderMinISR.
+func TestNodeHighWatermarkDoesNotAdvanceUnderMinISR(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2, ReplicaLagTime: 10 * time.Second})
+	f := newTestReplica(t, 1, Config{})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 3, AcksAll)
+	fetchOnce(t, f, leader, ntime)
+	fetchOnce(t, f, leader, ntime)
+	require.Equal(t, int64(3), leader.log.HighWatermark())
+
+	// f stops fetching and leaves the ISR; the leader alone is below
+	// MinInsyncReplicas and its own durable end does not move the HW.
+	leader.node.Tick(ntime.Add(11 * time.Second))
+	require.Equal(t, []int32{0}, leader.isr())
+	leader.produce(t, 4, AcksLeader)
+	require.Equal(t, int64(7), leader.log.DurableOffset())
+	require.Equal(t, int64(3), leader.log.HighWatermark())
+	leader.node.Tick(ntime.Add(12 * time.Second))
+	require.Equal(t, int64(3), leader.log.HighWatermark())
+
+	// f catches up and rejoins: the HW moves again.
+	now := ntime.Add(13 * time.Second)
+	fetchOnce(t, f, leader, now)
+	require.Equal(t, []int32{0, 1}, leader.isr())
+	fetchOnce(t, f, leader, now)
+	require.Equal(t, int64(7), leader.log.HighWatermark())
+}
+
+// PartitionTest.testMaybeShrinkIsr, and expansion on catch-up.
+func TestNodeISRShrinksAfterLagAndExpandsOnCatchUp(t *testing.T) {
+	lag := 10 * time.Second
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 1, ReplicaLagTime: lag})
+	f1 := newTestReplica(t, 1, Config{})
+	f2 := newTestReplica(t, 2, Config{FetchMaxBytes: 1})
+	all := []int32{0, 1, 2}
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, all, all, ntime))
+	require.NoError(t, f1.node.BecomeFollower(ntp, 1, 0))
+	require.NoError(t, f2.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 4, AcksLeader)
+
+	fetchOnce(t, f1, leader, ntime.Add(time.Second))
+	fetchOnce(t, f1, leader, ntime.Add(2*time.Second)) // caught up at 2 s
+	// f2 fetches often but never reaches the leader's log end.
+	fetchOnce(t, f2, leader, ntime.Add(time.Second))
+	leader.produce(t, 4, AcksLeader)
+	fetchOnce(t, f2, leader, ntime.Add(5*time.Second))
+	leader.node.Tick(ntime.Add(lag))
+	require.Equal(t, all, leader.isr(), "nobody lags by more than %v yet", lag)
+
+	fetchOnce(t, f1, leader, ntime.Add(9*time.Second)) // caught up again
+	fetchOnce(t, f1, leader, ntime.Add(9*time.Second))
+	fetchOnce(t, f2, leader, ntime.Add(11*time.Second))
+	leader.node.Tick(ntime.Add(lag + 2*time.Second))
+	require.Equal(t, []int32{0, 1}, leader.isr())
+	require.Equal(t, [][]int32{{0, 1}}, leader.isrChanges)
+	hw := leader.log.HighWatermark()
+	require.Equal(t, int64(8), hw, "the HW no longer waits for f2")
+
+	// f2 rejoins once it reaches the high watermark.
+	now := ntime.Add(13 * time.Second)
+	for f2.log.LogEndOffset() < hw {
+		require.Equal(t, []int32{0, 1}, leader.isr())
+		fetchOnce(t, f2, leader, now)
+	}
+	fetchOnce(t, f2, leader, now)
+	require.Equal(t, all, leader.isr())
+	require.Equal(t, [][]int32{{0, 1}, {0, 1, 2}}, leader.isrChanges)
+}
+
+// A follower rejoins only from the current leader epoch's start offset
+// on, not merely from the high watermark.
+func TestNodeISRExpansionWaitsForTheEpochStart(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2}) // keeps the HW at 0
+	f := newTestReplica(t, 1, Config{FetchMaxBytes: 1})
+	appendEpochs(t, leader.log, epochRun{1, 4})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0}, ntime))
+	require.Equal(t, int64(0), leader.log.HighWatermark())
+	require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
+	for f.log.LogEndOffset() < 4 {
+		fetchOnce(t, f, leader, ntime)
+		require.Equal(t, []int32{0}, leader.isr(), "f at %d is below the epoch start 4", f.log.LogEndOffset())
+	}
+	fetchOnce(t, f, leader, ntime)
+	require.Equal(t, []int32{0, 1}, leader.isr())
+}
+
+func TestNodeISRChangeRefused(t *testing.T) {
+	lag := 10 * time.Second
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 1, ReplicaLagTime: lag})
+	f := newTestReplica(t, 1, Config{})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 2, AcksLeader)
+
+	leader.refuseISR = true
+	leader.node.Tick(ntime.Add(lag + time.Second))
+	require.Equal(t, []int32{0, 1}, leader.isr(), "a refused shrink is not applied")
+	require.Equal(t, int64(0), leader.log.HighWatermark(), "the HW still waits for f")
+
+	leader.refuseISR = false
+	leader.node.Tick(ntime.Add(lag + 2*time.Second))
+	require.Equal(t, []int32{0}, leader.isr())
+	require.Equal(t, int64(2), leader.log.HighWatermark())
+
+	leader.refuseISR = true
+	now := ntime.Add(lag + 3*time.Second)
+	fetchOnce(t, f, leader, now)
+	fetchOnce(t, f, leader, now)
+	require.Equal(t, []int32{0}, leader.isr(), "a refused expansion is not applied")
+	leader.refuseISR = false
+	fetchOnce(t, f, leader, now)
+	require.Equal(t, []int32{0, 1}, leader.isr())
+	require.Equal(t, [][]int32{{0}, {0, 1}}, leader.isrChanges)
+}
+
+func TestNodeOffsetOutOfRange(t *testing.T) {
+	t.Run("fetch offset above the leader's end", func(t *testing.T) {
+		leader := newTestReplica(t, 0, Config{})
+		f := newTestReplica(t, 1, Config{})
+		appendEpochs(t, leader.log, epochRun{log.NoLeaderEpoch, 5})
+		appendEpochs(t, f.log, epochRun{log.NoLeaderEpoch, 8}) // no epochs: no divergence check
+		require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0}, ntime))
+		require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+		_, resp := fetchOnce(t, f, leader, ntime)
+		require.ErrorIs(t, resp.Partitions[0].Error.Err(), ErrOffsetOutOfRange)
+		require.Equal(t, int64(5), f.log.LogEndOffset())
+		fetchOnce(t, f, leader, ntime)
+		require.Equal(t, []int32{0, 1}, leader.isr())
+	})
+	t.Run("fetch offset below the leader's start", func(t *testing.T) {
+		leader := newTestReplica(t, 0, Config{})
+		f := newTestReplica(t, 1, Config{})
+		appendEpochs(t, leader.log, epochRun{1, 6})
+		require.NoError(t, leader.log.DeleteRecordsBefore(4))
+		require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0}, ntime))
+		require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
+		_, resp := fetchOnce(t, f, leader, ntime)
+		require.ErrorIs(t, resp.Partitions[0].Error.Err(), ErrOffsetOutOfRange)
+		require.Equal(t, int64(4), f.log.LogStartOffset())
+		require.Equal(t, int64(4), f.log.LogEndOffset())
+		fetchOnce(t, f, leader, ntime)
+		require.Equal(t, int64(6), f.log.LogEndOffset())
+		a, err := leader.log.Read(nil, 4, log.ReadOptions{MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		b, err := f.log.Read(nil, 4, log.ReadOptions{MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		require.Equal(t, a, b)
+	})
+}
+
+func TestNodeAcksAllNotEnoughReplicas(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0}, ntime))
+	_, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "a"), AcksAll)
+	require.ErrorIs(t, err, ErrNotEnoughReplicas)
+	require.Equal(t, int64(0), leader.log.LogEndOffset(), "a refused acks=all append writes nothing")
+	info, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "b"), AcksLeader)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), info.FirstOffset)
+
+	f := newTestReplica(t, 1, Config{})
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+	_, _, _, err = f.node.appendAsLeader(ntp, testBatch(t, "c"), AcksAll)
+	require.ErrorIs(t, err, ErrNotLeader)
+}
+
+// A node that led an epoch without appending follows the next leader,
+// whose log holds older epochs' batches, to the same log and epoch cache,
+// and can lead again (regression: it used to send its empty epoch as its
+// last fetched epoch and never caught up, then kept an epoch cache that
+// contradicted its batches).
+func TestNodeLeaderWithoutAppendsFollowsOlderEpochs(t *testing.T) {
+	a := newTestReplica(t, 0, Config{})
+	b := newTestReplica(t, 1, Config{})
+	appendEpochs(t, a.log, epochRun{1, 2})
+	appendEpochs(t, b.log, epochRun{1, 4})
+	both := []int32{0, 1}
+	require.NoError(t, a.node.BecomeLeader(ntp, 2, both, both, ntime)) // and loses it at once
+	require.NoError(t, b.node.BecomeLeader(ntp, 3, both, both, ntime))
+	require.NoError(t, a.node.BecomeFollower(ntp, 3, 1))
+	for i := 0; i < 3 && a.log.LogEndOffset() < b.log.LogEndOffset(); i++ {
+		fetchOnce(t, a, b, ntime)
+	}
+	requireSameLog(t, b.log, a.log)
+	require.Equal(t, []log.EpochEntry{{Epoch: 1, StartOffset: 0}}, a.log.LeaderEpochs())
+
+	require.NoError(t, a.node.BecomeLeader(ntp, 4, both, both, ntime))
+	require.NoError(t, b.node.BecomeFollower(ntp, 4, 0))
+	a.produce(t, 1, AcksLeader)
+	_, resp := fetchOnce(t, b, a, ntime)
+	require.Nil(t, resp.Partitions[0].Diverging)
+	requireSameLog(t, a.log, b.log)
+}
+
+// A delayed response to a fetch made before a truncation is not applied
+// after the follower refetched back to the same log end (regression: it
+// truncated the follower again, below what the leader had counted).
+func TestNodeStaleResponseAfterTruncationIgnored(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	appendEpochs(t, leader.log, epochRun{1, 2}, epochRun{2, 3})
+	appendEpochs(t, f.log, epochRun{1, 5})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 3, []int32{0, 1}, []int32{0, 1}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 3, 0))
+	old, oldResp := fetchOnce(t, f, leader, ntime)
+	require.NotNil(t, oldResp.Partitions[0].Diverging)
+	require.Equal(t, int64(2), f.log.LogEndOffset())
+	fetchOnce(t, f, leader, ntime)
+	require.Equal(t, old.Partitions[0].FetchOffset, f.log.LogEndOffset(), "back at the old fetch offset")
+	n, err := f.node.HandleFetchResponse(0, old, oldResp, ntime)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	requireSameLog(t, leader.log, f.log)
+}
+
+// A leader that loses its leadership before its produce fsynced reports
+// only durable offsets as a follower (regression: its unsynced end
+// counted toward the new leader's high watermark).
+func TestNodeFormerLeaderFetchesFromItsDurableEnd(t *testing.T) {
+	a := newTestReplica(t, 0, Config{MinInsyncReplicas: 2})
+	b := newTestReplica(t, 1, Config{})
+	both := []int32{0, 1}
+	require.NoError(t, a.node.BecomeLeader(ntp, 1, both, both, ntime))
+	require.NoError(t, b.node.BecomeFollower(ntp, 1, 0))
+	_, _, _, err := a.node.appendAsLeader(ntp, testBatch(t, "x"), AcksAll) // its fsync has not run yet
+	require.NoError(t, err)
+	fetchOnce(t, b, a, ntime)
+	require.Equal(t, int64(1), b.log.LogEndOffset())
+	require.Equal(t, int64(0), a.log.DurableOffset())
+
+	require.NoError(t, b.node.BecomeLeader(ntp, 2, both, both, ntime))
+	require.NoError(t, a.node.BecomeFollower(ntp, 2, 1))
+	req, _ := fetchOnce(t, a, b, ntime)
+	require.Equal(t, int64(1), req.Partitions[0].FetchOffset)
+	require.Equal(t, int64(1), a.log.DurableOffset(), "a fetch offset that counts must be durable")
+	require.Equal(t, int64(1), b.log.HighWatermark())
+}
+
+// syncGate blocks the first fsync of a segment file once armed, until
+// released.
+type syncGate struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *syncGate) Inject(op vfs.Op) vfs.Fault {
+	if op.Kind == vfs.OpSync && strings.HasSuffix(op.Path, ".log") && g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.release
+	}
+	return vfs.Fault{}
+}
+
+type idleTransport struct{}
+
+func (idleTransport) Fetch(ctx context.Context, _ int32, _ *FetchRequest) (*FetchResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// An acks=all Produce whose leader becomes a follower before the high
+// watermark passed its batch must fail even if, as a follower, the log's
+// high watermark then passes that offset: the new leader's records lie
+// there. Deterministic: the Produce's fsync is held while the follower
+// truncates and refetches; the follower's own fsync then waits for it
+// with the partition lock held, so the Produce sees the follower's high
+// watermark when it gets the lock.
+func TestProduceFailsWhenLeadershipIsLostBeforeTheHighWatermark(t *testing.T) {
+	gate := &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(gate.release) }) }
+	l, err := log.Open("/log", log.Options{FS: vfs.NewErrorFS(vfs.NewMem(), gate)})
+	require.NoError(t, err)
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c", MinInsyncReplicas: 2}, idleTransport{})
+	require.NoError(t, err)
+	defer func() {
+		require.NoError(t, r.Close())
+		require.NoError(t, l.Close())
+	}()
+	defer release() // on failure, before Close waits for the held fsync
+	require.NoError(t, r.AddPartition(ntp, l))
+	both := []int32{0, 1}
+	require.NoError(t, r.BecomeLeader(ntp, 1, both, both))
+
+	type result struct {
+		info log.AppendInfo
+		err  error
+	}
+	done := make(chan result, 1)
+	gate.armed.Store(true)
+	go func() {
+		info, err := r.Produce(context.Background(), ntp, testBatch(t, "R"), AcksAll)
+		done <- result{info, err}
+	}()
+	<-gate.entered // R is at offset 0, its fsync held
+
+	b := newTestReplica(t, 1, Config{MinInsyncReplicas: 1})
+	require.NoError(t, b.node.BecomeLeader(ntp, 2, both, []int32{1}, ntime))
+	_, p, _, err := b.node.appendAsLeader(ntp, testBatch(t, "R2"), AcksLeader)
+	require.NoError(t, err)
+	require.NoError(t, b.log.Sync())
+	p.mu.Lock()
+	b.node.maybeAdvanceHW(p)
+	p.mu.Unlock()
+	require.Equal(t, int64(1), b.log.HighWatermark())
+
+	node := r.Node()
+	require.NoError(t, node.BecomeFollower(ntp, 2, 1))
+	apply := func(fetchOffset int64, lastEpoch int32) error {
+		req := &FetchRequest{ClusterID: "c", ReplicaID: 0, MaxBytes: 1 << 20, Partitions: []FetchPartition{{
+			TopicPartition: ntp, CurrentLeaderEpoch: 2, FetchOffset: fetchOffset, LastFetchedEpoch: lastEpoch}}}
+		resp, err := b.node.HandleFetch(req, ntime)
+		if err == nil {
+			err = resp.Materialize()
+		}
+		if err == nil {
+			_, err = node.HandleFetchResponse(1, req, resp, ntime)
+		}
+		return err
+	}
+	require.NoError(t, apply(1, 1)) // diverging: truncate R away
+	require.Equal(t, int64(0), l.LogEndOffset())
+	applied := make(chan error, 1)
+	go func() { applied <- apply(0, log.NoLeaderEpoch) }() // appends R2, then waits for the held fsync
+	for l.LogEndOffset() != 1 && len(applied) == 0 {
+		runtime.Gosched()
+	}
+	release()
+	require.NoError(t, <-applied)
+	res := <-done
+	require.Equal(t, int64(0), res.info.LastOffset)
+	require.Equal(t, int64(1), l.HighWatermark(), "the follower's high watermark passed offset 0")
+	require.ErrorIs(t, res.err, ErrNotLeader, "offset 0 holds the new leader's record, not the produced one")
+	data, err := l.Read(nil, 0, log.ReadOptions{})
+	require.NoError(t, err)
+	b0, _, err := log.SplitBatch(data)
+	require.NoError(t, err)
+	it := b0.Records()
+	require.True(t, it.Next())
+	require.Equal(t, "R2", string(it.Record().Value))
+}
+
+// A repeated BecomeLeader of the current epoch (a controller's retry, or
+// a delayed copy) keeps the ISR persisted since through OnISRChange
+// (regression: it reinstated the ISR it carried, including a follower
+// that had left it and lacked the data below the high watermark).
+func TestNodeRepeatedBecomeLeaderKeepsTheISR(t *testing.T) {
+	lag := 10 * time.Second
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2, ReplicaLagTime: lag})
+	f1 := newTestReplica(t, 1, Config{})
+	all := []int32{0, 1, 2}
+	require.NoError(t, leader.node.BecomeLeader(ntp, 3, all, all, ntime))
+	require.NoError(t, f1.node.BecomeFollower(ntp, 3, 0))
+	leader.produce(t, 2, AcksAll)
+	now := ntime.Add(lag + time.Second)
+	fetchOnce(t, f1, leader, now)
+	fetchOnce(t, f1, leader, now)
+	require.Equal(t, int64(0), leader.log.HighWatermark(), "node 2 never fetched")
+	leader.node.Tick(now)
+	require.Equal(t, []int32{0, 1}, leader.isr())
+	require.Equal(t, int64(2), leader.log.HighWatermark())
+
+	require.NoError(t, leader.node.BecomeLeader(ntp, 3, all, all, now))
+	require.Equal(t, []int32{0, 1}, leader.isr())
+	leader.produce(t, 1, AcksAll)
+	fetchOnce(t, f1, leader, now)
+	fetchOnce(t, f1, leader, now)
+	require.Equal(t, int64(3), leader.log.HighWatermark(), "the leader kept its followers' state")
+}
