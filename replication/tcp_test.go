@@ -487,9 +487,7 @@ func TestTCPFetchCancelTimeoutClose(t *testing.T) {
 			_, err := tr.Fetch(ctx, 0, never)
 			done <- err
 		}()
-		for ln.accepted.Load() == 0 {
-			time.Sleep(time.Millisecond) // until the request is on its way
-		}
+		waitAccepted(t, ln, 0, done) // the request is on its way
 		cancel()
 		require.ErrorIs(t, <-done, context.Canceled)
 		// The abandoned connection is not reused.
@@ -517,14 +515,25 @@ func TestTCPFetchCancelTimeoutClose(t *testing.T) {
 			_, err := tr.Fetch(context.Background(), 0, never)
 			done <- err
 		}()
-		for ln.accepted.Load() == before {
-			time.Sleep(time.Millisecond)
-		}
+		waitAccepted(t, ln, before, done)
 		require.NoError(t, tr.Close())
 		require.ErrorIs(t, <-done, ErrClosed)
 		require.ErrorIs(t, fetchOK(tr), ErrClosed)
 		require.NoError(t, tr.Close())
 	})
+}
+
+// waitAccepted waits until ln accepted more than before connections,
+// failing if the fetch meant to connect ends first.
+func waitAccepted(t *testing.T, ln *countingListener, before int32, done chan error) {
+	t.Helper()
+	for ln.accepted.Load() == before {
+		select {
+		case err := <-done:
+			t.Fatalf("the fetch ended before connecting: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 func fetchOK(tr *TCPTransport) error {
