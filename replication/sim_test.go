@@ -460,13 +460,19 @@ func (s *sim) elect(tp TopicPartition, exclude int32) bool {
 		}
 		return false
 	}
+	s.lead(tp, cands[s.rng.IntN(len(cands))], isr)
+	return true
+}
+
+// lead makes id the leader of tp at the next epoch with the given ISR,
+// and sends the roles.
+func (s *sim) lead(tp TopicPartition, id int32, isr []int32) {
+	c := s.ctrl[tp]
 	c.epoch++
 	s.stats.elections++
-	c.leader = cands[s.rng.IntN(len(cands))]
-	c.isr = isr
+	c.leader, c.isr = id, isr
 	s.logf("ctrl: %s leader %d epoch %d ISR %v", tp, c.leader, c.epoch, c.isr)
 	s.sendRoles(tp)
-	return true
 }
 
 // sendRoles sends tp's current roles to every live node.
@@ -1055,6 +1061,12 @@ func (s *sim) run() error {
 	for i := 0; i < s.p.chaosSteps && s.err == nil; i++ {
 		s.chaosStep()
 	}
+	return s.healAndCheck()
+}
+
+// healAndCheck removes every fault, runs until convergence and checks the
+// final logs.
+func (s *sim) healAndCheck() error {
 	s.healing, s.refuseISR = true, false
 	s.split = map[[2]int32]bool{}
 	s.logf("heal")
@@ -1279,4 +1291,362 @@ func TestSimulationReplay(t *testing.T) {
 		require.Positive(t, stats[0].acks, "seed %d acknowledged nothing", seed)
 		require.Positive(t, stats[0].crashes, "seed %d crashed nothing", seed)
 	}
+}
+
+// --- scripted scenarios ---
+
+// newScenario returns a started sim for a scripted test: no random
+// faults, one partition, node 0 leading at epoch 1.
+func newScenario(t *testing.T, p simParams) *sim {
+	t.Helper()
+	p.partitions = 1
+	if p.healRounds == 0 {
+		p.healRounds = 300
+	}
+	if p.fetchMaxBytes == 0 {
+		p.fetchMaxBytes = 1 << 20
+	}
+	s := newSim(p)
+	t.Cleanup(s.close)
+	s.start()
+	s.requireOK(t)
+	return s
+}
+
+// requireOK answers produces and checks the invariants, as a step does.
+func (s *sim) requireOK(t *testing.T) {
+	t.Helper()
+	s.checkAcks()
+	s.checkInvariants()
+	if s.err != nil {
+		t.Fatalf("%v\nlast events:\n  %s", s.err, strings.Join(s.events, "\n  "))
+	}
+}
+
+// fetchRound has the given nodes fetch and delivers everything.
+func (s *sim) fetchRound(ids ...int32) {
+	for _, id := range ids {
+		if n := s.nodes[id]; n.up {
+			s.fetch(n)
+		}
+	}
+	s.deliverAll()
+}
+
+func (s *sim) liveIDs() []int32 {
+	var ids []int32
+	for _, n := range s.nodes {
+		if n.up {
+			ids = append(ids, n.id)
+		}
+	}
+	return ids
+}
+
+// deliverWhere delivers, in order, the messages now in the pool that
+// match, and drops those that match drop.
+func (s *sim) deliverWhere(deliver, drop func(*simMsg) bool) {
+	pending := s.pool
+	s.pool = nil
+	for _, m := range pending {
+		switch {
+		case deliver(m):
+			s.pool = append([]*simMsg{m}, s.pool...)
+			s.deliver(0)
+		case drop(m):
+			s.logf("scenario: drop msg %d", m.id)
+		default:
+			s.pool = append(s.pool, m)
+		}
+	}
+}
+
+// produceAcked sends c's next batch and runs rounds until it is
+// acknowledged.
+func (s *sim) produceAcked(t *testing.T, c *simClient) {
+	t.Helper()
+	if c.cur == nil {
+		c.cur = s.newBatch(c)
+	}
+	for i := 0; c.cur != nil; i++ {
+		if i == 20 {
+			t.Fatalf("client %d: batch not acknowledged\nlast events:\n  %s", c.id, strings.Join(s.events, "\n  "))
+		}
+		s.produce(c)
+		for len(s.syncs) > 0 {
+			s.runSync(0)
+		}
+		s.deliverAll()
+		s.fetchRound(s.liveIDs()...)
+		s.requireOK(t)
+	}
+}
+
+// appendOn appends one record to node id's log as leader, bypassing the
+// clients.
+func (s *sim) appendOn(t *testing.T, id int32, value string, acks Acks) log.AppendInfo {
+	t.Helper()
+	bb := log.NewBatchBuilder()
+	bb.Add(s.now().UnixMilli(), nil, []byte(value))
+	b, err := bb.Build(nil)
+	require.NoError(t, err)
+	info, _, _, err := s.nodes[id].node.appendAsLeader(s.tps[0], b, acks)
+	require.NoError(t, err)
+	return info
+}
+
+// valueAt returns the value of the record at off in n's log.
+func (s *sim) valueAt(t *testing.T, n *simNode, off int64) string {
+	t.Helper()
+	data, err := n.logs[s.tps[0]].Read(nil, off, log.ReadOptions{})
+	require.NoError(t, err)
+	b, _, err := log.SplitBatch(data)
+	require.NoError(t, err)
+	for it := b.Records(); it.Next(); {
+		if it.Record().Offset == off {
+			return string(it.Record().Value)
+		}
+	}
+	t.Fatalf("node %d has no record at %d", n.id, off)
+	return ""
+}
+
+// crashKeeping crashes n after its page cache was written back: every
+// unsynced byte survives (the same on disk as an fsync just before the
+// power loss).
+func (s *sim) crashKeeping(t *testing.T, n *simNode) {
+	t.Helper()
+	for _, tp := range s.tps {
+		require.NoError(t, n.logs[tp].Sync())
+	}
+	s.crash(n)
+}
+
+// requireReadersBelowHW checks that reads up to the high watermark return
+// nothing above it, on every live node.
+func (s *sim) requireReadersBelowHW(t *testing.T) {
+	t.Helper()
+	for _, n := range s.nodes {
+		if !n.up {
+			continue
+		}
+		l := n.logs[s.tps[0]]
+		data, err := l.Read(nil, l.LogStartOffset(), log.ReadOptions{UpToHighWatermark: true})
+		require.NoError(t, err)
+		end := l.LogStartOffset()
+		for rest := data; len(rest) > 0; {
+			b, tail, err := log.SplitBatch(rest)
+			require.NoError(t, err)
+			end, rest = b.NextOffset(), tail
+		}
+		require.LessOrEqual(t, end, l.HighWatermark(), "node %d: a reader saw data above the high watermark", n.id)
+	}
+}
+
+// S10, KIP-101 case 1: a follower has a record whose high watermark it
+// has not learned, restarts, and leads once the leader dies: the record
+// survives (truncation uses leader epochs, never the local high
+// watermark).
+func TestScenarioS10FollowerRestartsBeforeItsHighWatermark(t *testing.T) {
+	s := newScenario(t, simParams{seed: 10, nodes: 2, idemClients: 1})
+	tp, c := s.tps[0], s.clients[0]
+	a, b := s.nodes[0], s.nodes[1]
+	s.produceAcked(t, c) // m1
+	end1 := a.logs[tp].LogEndOffset()
+
+	s.produce(c) // m2
+	s.runSync(0)
+	end2 := a.logs[tp].LogEndOffset()
+	s.fetchRound(1)
+	require.Equal(t, end2, b.logs[tp].LogEndOffset())
+	s.fetch(b) // reports end2: the leader's HW passes m2, but the answer is lost
+	isFetch := func(m *simMsg) bool { return m.kind == msgFetch }
+	isResp := func(m *simMsg) bool { return m.kind == msgFetchResp }
+	s.deliverWhere(isFetch, func(*simMsg) bool { return false })
+	s.deliverWhere(func(*simMsg) bool { return false }, isResp)
+	s.requireOK(t)
+	require.Nil(t, c.cur, "m2 acknowledged")
+	require.Equal(t, end2, a.logs[tp].HighWatermark())
+	require.Equal(t, end1, b.logs[tp].HighWatermark(), "b has not learned the high watermark")
+
+	s.crash(b)
+	s.restart(b)
+	s.deliverAll()
+	s.requireOK(t)
+	require.Equal(t, end2, b.logs[tp].LogEndOffset(), "b keeps what it fsynced")
+
+	s.crash(a)
+	s.electDead()
+	s.deliverAll()
+	s.requireOK(t)
+	require.Equal(t, int32(1), s.ctrl[tp].leader)
+	for off := end1; off < end2; off++ {
+		require.Equal(t, s.acked[tp][off], s.valueAt(t, b, off))
+	}
+	require.NoError(t, s.healAndCheck())
+	for off := end1; off < end2; off++ {
+		require.Equal(t, s.acked[tp][off], s.valueAt(t, a, off))
+	}
+}
+
+// S11, KIP-101 case 2: both replicas crash with different unsynced tails;
+// the shorter comes back first and leads: the logs converge batch for
+// batch.
+func TestScenarioS11ShorterReplicaLeads(t *testing.T) {
+	for _, relaxed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("relaxed=%v", relaxed), func(t *testing.T) {
+			s := newScenario(t, simParams{seed: 11, nodes: 2, relaxed: relaxed, fetchMaxBytes: 1})
+			tp := s.tps[0]
+			a, b := s.nodes[0], s.nodes[1]
+			s.appendOn(t, 0, "m1", AcksLeader)
+			require.NoError(t, a.logs[tp].Sync())
+			s.fetchRound(1)
+			require.NoError(t, b.logs[tp].Sync())
+			s.appendOn(t, 0, "m2", AcksLeader)
+			s.appendOn(t, 0, "m3", AcksLeader) // a's tail: m2, m3, unsynced
+			s.fetchRound(1)                    // one batch per fetch: b's tail is m2
+			require.Equal(t, int64(2), b.logs[tp].LogEndOffset())
+			require.Equal(t, int64(1), a.logs[tp].DurableOffset())
+
+			s.crashKeeping(t, a)
+			s.crash(b) // keeps only what b fsynced: m2 unless relaxed
+			bEnd := int64(2)
+			if relaxed {
+				bEnd = 1
+			}
+			s.restart(b) // comes back first and is elected
+			s.deliverAll()
+			s.requireOK(t)
+			require.Equal(t, int32(1), s.ctrl[tp].leader)
+			require.Equal(t, bEnd, b.logs[tp].LogEndOffset())
+			s.appendOn(t, 1, "m4", AcksLeader)
+			require.NoError(t, b.logs[tp].Sync())
+
+			s.restart(a)
+			require.Equal(t, int64(3), a.logs[tp].LogEndOffset())
+			require.NoError(t, s.healAndCheck())
+			require.Equal(t, "m4", s.valueAt(t, a, bEnd))
+		})
+	}
+}
+
+// S12 (EpochDrivenReplicationProtocolAcceptanceTest.shouldSurviveFastLeaderChange):
+// leadership moves three times back to back, the role changes arriving
+// oldest first (each leader leads briefly, without appending) or newest
+// first (the older ones are refused), with an unreplicated batch on the
+// leader each time: the logs converge, no offset is reused for other
+// data, and each idempotent batch is stored once.
+func TestScenarioS12FastRepeatedFailover(t *testing.T) {
+	s := newScenario(t, simParams{seed: 12, nodes: 3, idemClients: 2})
+	tp := s.tps[0]
+	for round := 0; round < 8; round++ {
+		s.produceAcked(t, s.clients[0])
+		s.produce(s.clients[1]) // appended on the leader only
+		for len(s.syncs) > 0 {
+			s.runSync(0)
+		}
+		for i := 0; i < 3; i++ {
+			require.True(t, s.elect(tp, s.ctrl[tp].leader))
+		}
+		if round%2 == 1 {
+			slices.Reverse(s.pool)
+		}
+		s.deliverAll()
+		s.requireOK(t)
+	}
+	require.Positive(t, s.stats.staleRoles)
+	require.NoError(t, s.healAndCheck())
+	require.Equal(t, 24, s.stats.elections)
+}
+
+// S13: the leader's high watermark never decreases and never passes the
+// durable end of an ISR member, and readers never see data above it,
+// through empty fetch responses, diverging epochs and follower restarts.
+func TestScenarioS13HighWatermarkEdges(t *testing.T) {
+	s := newScenario(t, simParams{seed: 13, nodes: 3, idemClients: 1, fetchMaxBytes: 1})
+	tp, c := s.tps[0], s.clients[0]
+	step := func() {
+		t.Helper()
+		s.requireOK(t)
+		s.requireReadersBelowHW(t)
+	}
+	s.produceAcked(t, c)
+	s.produceAcked(t, c)
+	leader := s.nodes[0]
+	hw := leader.logs[tp].HighWatermark()
+	for i := 0; i < 3; i++ { // empty fetch responses
+		s.fetchRound(1, 2)
+		step()
+		require.Equal(t, hw, leader.logs[tp].HighWatermark())
+	}
+
+	// Diverging epochs: the leader appends a batch nobody fetched and
+	// loses its leadership; as a follower it truncates the batch.
+	s.produce(c)
+	s.runSync(0)
+	require.True(t, s.elect(tp, 0))
+	s.deliverAll()
+	step()
+	for i := 0; i < 6; i++ {
+		s.fetchRound(0, 1, 2)
+		step()
+	}
+	require.Positive(t, s.stats.divergences)
+	s.produceAcked(t, c)
+
+	// A follower restarts: the leader keeps its high watermark while the
+	// follower, still in the ISR, comes back with its durable log.
+	newLeader := s.ctrl[tp].leader
+	f := s.nodes[(newLeader+1)%3]
+	hw = s.nodes[newLeader].logs[tp].HighWatermark()
+	s.crash(f)
+	step()
+	s.restart(f)
+	s.deliverAll()
+	step()
+	for i := 0; i < 6; i++ {
+		s.fetchRound(s.liveIDs()...)
+		step()
+		require.GreaterOrEqual(t, s.nodes[newLeader].logs[tp].HighWatermark(), hw)
+	}
+	require.NoError(t, s.healAndCheck())
+}
+
+// S14: with the followers cut off, the ISR shrinks below
+// MinInsyncReplicas: acks=all produces fail with ErrNotEnoughReplicas, the
+// high watermark stops, and nothing acknowledged is lost once they return.
+func TestScenarioS14ISRBelowMinISR(t *testing.T) {
+	s := newScenario(t, simParams{seed: 14, nodes: 3, idemClients: 2})
+	tp := s.tps[0]
+	c, c2 := s.clients[0], s.clients[1]
+	leader := s.nodes[0]
+	for i := 0; i < 3; i++ {
+		s.produceAcked(t, c)
+	}
+	s.produce(c) // appended and fsynced on the leader, never fetched
+	s.runSync(0)
+	s.split[[2]int32{0, 1}] = true
+	s.split[[2]int32{0, 2}] = true
+	for i := 0; i < 8; i++ {
+		s.advance(100 * time.Millisecond)
+		s.tick()
+		s.fetchRound(1, 2)
+		s.requireOK(t)
+	}
+	require.Equal(t, []int32{0}, s.ctrl[tp].isr)
+	l := leader.logs[tp]
+	require.NotNil(t, c.cur, "not acknowledged while the ISR is below MinInsyncReplicas")
+	require.Less(t, l.HighWatermark(), l.LogEndOffset())
+
+	end := l.LogEndOffset()
+	_, _, _, err := leader.node.appendAsLeader(tp, testBatch(t, "refused"), AcksAll)
+	require.ErrorIs(t, err, ErrNotEnoughReplicas)
+	require.Equal(t, end, l.LogEndOffset(), "a refused append writes nothing")
+	s.produce(c2)
+	require.Equal(t, 1, s.stats.notEnoughReplicas)
+	require.Nil(t, c2.waiting)
+
+	require.NoError(t, s.healAndCheck())
+	require.Nil(t, c.cur)
+	require.Nil(t, c2.cur)
 }
