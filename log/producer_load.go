@@ -45,6 +45,11 @@ func (l *Log) loadProducerState(end int64) error {
 // replayProducers applies the producer batches with offsets in
 // [from, end) to the state, without sequence checks.
 func (l *Log) replayProducers(from, end int64) error {
+	if from >= end {
+		// Nothing to replay (a snapshot at the log end, as Close writes
+		// it): opening a cleanly closed log reads no segment data.
+		return nil
+	}
 	for _, s := range l.segments() {
 		if s.base >= end || (s != l.active() && s.next.Load() <= from) {
 			continue
