@@ -65,6 +65,9 @@ func (l *Log) Sync() error {
 	s.running = true
 	s.mu.Unlock()
 
+	// A truncation (and re-append) while the fsyncs run would make end
+	// stale: then the durable offset is left for the next Sync to raise.
+	gen := l.truncations.gen.Load()
 	end := l.leo.Load()
 	err := l.syncData()
 	if err != nil {
@@ -73,7 +76,7 @@ func (l *Log) Sync() error {
 
 	s.mu.Lock()
 	s.running = false
-	if err == nil && end > s.durable {
+	if err == nil && end > s.durable && l.truncations.gen.Load() == gen {
 		s.durable = end
 	}
 	s.cond.Broadcast()
