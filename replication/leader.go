@@ -156,3 +156,36 @@ func (n *Node) appendAsLeader(tp TopicPartition, batches []byte, acks Acks) (log
 	n.maybeAdvanceHW(p)
 	return info, p, p.leadCtx, nil
 }
+
+// syncLedLogs fsyncs, before a follower's fetch is answered, the logs of
+// the requested partitions this node leads that hold unsynced data, so
+// that the leader's own durable end (its part of the high watermark) keeps
+// up when producers use acks 0 or 1, which do not fsync. Concurrent
+// fetches share fsyncs (the log's group commit). Unless RelaxedDurability.
+func (n *Node) syncLedLogs(req *FetchRequest) {
+	if n.cfg.RelaxedDurability {
+		return
+	}
+	for _, fp := range req.Partitions {
+		p := n.partition(fp.TopicPartition)
+		if p == nil {
+			continue
+		}
+		p.mu.Lock()
+		lead := p.role == roleLeader
+		p.mu.Unlock()
+		l := p.log
+		if !lead || l.DurableOffset() >= l.LogEndOffset() {
+			continue
+		}
+		if err := l.Sync(); err != nil {
+			n.logger.Warn("replication: leader fsync failed", "partition", p.tp, "err", err)
+			continue
+		}
+		p.mu.Lock()
+		if p.role == roleLeader {
+			n.maybeAdvanceHW(p)
+		}
+		p.mu.Unlock()
+	}
+}

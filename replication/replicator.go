@@ -145,6 +145,7 @@ func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 	deadline := time.Now().Add(time.Duration(req.MaxWaitMs) * time.Millisecond)
 	for {
 		ch := r.newData.channel()
+		r.node.syncLedLogs(req)
 		resp, err := r.node.HandleFetch(req, r.cfg.Now())
 		if err != nil || hasNews(resp) {
 			return resp, err

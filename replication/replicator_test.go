@@ -73,3 +73,36 @@ func TestThreeReplicasAcksAllInMemory(t *testing.T) {
 		require.Equal(t, a, b)
 	}
 }
+
+// With only acks=1 producers nothing on the produce path fsyncs the
+// leader; the follower fetches must still move the high watermark.
+func TestHighWatermarkAdvancesWithAcksLeaderOnly(t *testing.T) {
+	net := NewMemNetwork(2)
+	tp := TopicPartition{Topic: "t", Partition: 0}
+	var reps []*Replicator
+	var logs []*log.Log
+	for id := int32(0); id < 2; id++ {
+		l, err := log.Open(t.TempDir(), log.Options{})
+		require.NoError(t, err)
+		r, err := New(Config{ReplicaID: id, ClusterID: "c", MinInsyncReplicas: 2, FetchMaxWait: 20 * time.Millisecond}, net.Transport(id))
+		require.NoError(t, err)
+		net.Register(id, r)
+		require.NoError(t, r.AddPartition(tp, l))
+		reps, logs = append(reps, r), append(logs, l)
+	}
+	defer func() {
+		for i := range reps {
+			require.NoError(t, reps[i].Close())
+			require.NoError(t, logs[i].Close())
+		}
+	}()
+	require.NoError(t, reps[0].BecomeLeader(tp, 1, []int32{0, 1}, []int32{0, 1}))
+	require.NoError(t, reps[1].BecomeFollower(tp, 1, 0))
+	for i := 0; i < 20; i++ {
+		_, err := reps[0].Produce(context.Background(), tp, batchOf(t, 3, fmt.Sprint(i)), AcksLeader)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return logs[0].HighWatermark() == 60 }, 10*time.Second, 5*time.Millisecond,
+		"high watermark stuck at %d", logs[0].HighWatermark())
+	require.Equal(t, int64(60), logs[0].DurableOffset())
+}
