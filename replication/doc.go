@@ -85,6 +85,7 @@
 //	                i16 error | i64 highWatermark | i64 logStartOffset |
 //	                i64 logEndOffset | i8 diverging (0/1) |
 //	                i32 divergingEpoch | i64 divergingEndOffset |
+//	                (both -1 when diverging is 0)
 //	                u32 recordsLength | records)
 //	error:          string message
 //

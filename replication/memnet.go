@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// ErrUnreachable is returned by the in-memory network for a request that
-// was dropped or crosses a partition (network split).
+// ErrUnreachable reports a node that cannot be reached: the TCP transport
+// could not resolve or dial it, or the in-memory network dropped the
+// request or it crosses a split.
 var ErrUnreachable = errors.New("replication: node unreachable")
 
 // Faults are the in-memory network's seeded misbehaviours.
