@@ -42,9 +42,11 @@ func (c *fileCache) openFiles() int {
 func (c *fileCache) openFile(name string, flag int, perm os.FileMode) (*cachedFile, error) {
 	cf := &cachedFile{c: c, name: name, flag: flag &^ (os.O_CREATE | os.O_TRUNC | os.O_EXCL)}
 	if flag&os.O_CREATE == 0 {
-		if _, err := c.fs.Stat(name); err != nil {
+		info, err := c.fs.Stat(name)
+		if err != nil {
 			return nil, err
 		}
+		cf.info = info
 		return cf, nil
 	}
 	f, err := c.fs.OpenFile(name, flag, perm)
@@ -94,6 +96,10 @@ type cachedFile struct {
 	refs   int
 	elem   *list.Element
 	closed bool
+	// info is the Stat of a file opened lazily: it answers the first
+	// Stat (openSegment's, right after the open) unless the file was used
+	// before.
+	info os.FileInfo
 }
 
 // acquire returns the open file, opening it if it was evicted.
@@ -108,6 +114,7 @@ func (cf *cachedFile) acquire() (vfs.File, error) {
 		c.idle.Remove(cf.elem)
 		cf.elem = nil
 	}
+	cf.info = nil // the file may change from now on
 	cf.refs++
 	if cf.f != nil {
 		c.mu.Unlock()
@@ -222,6 +229,11 @@ func (cf *cachedFile) Truncate(size int64) error {
 func (cf *cachedFile) Stat() (os.FileInfo, error) {
 	c := cf.c
 	c.mu.Lock()
+	if info := cf.info; info != nil && !cf.closed {
+		cf.info = nil // an idle log keeps no per-file memory it need not
+		c.mu.Unlock()
+		return info, nil
+	}
 	if cf.f == nil && !cf.closed {
 		name := cf.name
 		c.mu.Unlock()
