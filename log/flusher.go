@@ -54,18 +54,20 @@ type deletion struct {
 }
 
 func startFlusher(l *Log) *flusher {
-	f := &flusher{l: l, kick: make(chan struct{}, 1), stopCh: make(chan struct{}), done: make(chan struct{})}
+	f := &flusher{l: l}
 	now := l.now()
 	f.nextSync = now.Add(l.opts.SyncInterval)
 	f.nextRetention = now.Add(l.opts.RetentionCheckInterval)
 	f.nextExpiry = now.Add(l.opts.ProducerExpiryCheckInterval)
 	l.bg = f // before any step can run and use it
 	if s := l.opts.sched; s != nil {
+		// No channels: a Manager's idle log holds nothing for its
+		// background work but this struct.
 		f.sched = s
 		s.register(f)
-		close(f.done)
 		return f
 	}
+	f.kick, f.stopCh, f.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	go f.run()
 	return f
 }
