@@ -120,24 +120,33 @@ func (cf *cachedFile) acquire() (vfs.File, error) {
 		c.mu.Unlock()
 		return cf.f, nil
 	}
-	name := cf.name
-	c.mu.Unlock()
-	f, err := c.fs.OpenFile(name, cf.flag, 0)
-	c.mu.Lock()
-	if err != nil {
+	var extra vfs.File
+	for cf.f == nil {
+		name := cf.name
+		c.mu.Unlock()
+		f, err := c.fs.OpenFile(name, cf.flag, 0)
+		c.mu.Lock()
+		if err == nil {
+			c.opens.Add(1)
+			if cf.f == nil {
+				cf.f = f
+				c.open++
+			} else {
+				extra = f // another goroutine reopened it meanwhile
+			}
+			break
+		}
+		if cf.f != nil {
+			break // another goroutine reopened it meanwhile
+		}
+		if cf.name != name {
+			continue // renamed meanwhile (renameFile): open the new name
+		}
 		cf.refs--
 		c.mu.Unlock()
 		return nil, err
 	}
-	c.opens.Add(1)
-	var extra vfs.File
-	if cf.f == nil {
-		cf.f = f
-		c.open++
-	} else {
-		extra = f // another goroutine reopened it meanwhile
-	}
-	f = cf.f
+	f := cf.f
 	toClose := c.evictLocked()
 	c.mu.Unlock()
 	if extra != nil {
@@ -167,11 +176,18 @@ func (cf *cachedFile) release() {
 	closeAll(toClose)
 }
 
-// rename records that the file was renamed, for later reopens.
-func (cf *cachedFile) rename(name string) {
-	cf.c.mu.Lock()
+// renameFile renames the file on disk and in the handle together, under
+// the cache's lock: a reopen that finds the old name gone then finds the
+// new one (see acquire).
+func (cf *cachedFile) renameFile(fs vfs.FS, name string) error {
+	c := cf.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := fs.Rename(cf.name, name); err != nil {
+		return err
+	}
 	cf.name = name
-	cf.c.mu.Unlock()
+	return nil
 }
 
 // ReadAt implements io.ReaderAt.

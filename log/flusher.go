@@ -245,11 +245,16 @@ func (f *flusher) deleteLater(s *segment) error {
 	l := f.l
 	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
 		p := s.path(suffix)
-		if err := l.opts.FS.Rename(p, p+deletedSuffix); err != nil && !os.IsNotExist(err) {
-			return err
-		}
+		var err error
 		if cf, ok := s.file.(*cachedFile); ok && suffix == logSuffix {
-			cf.rename(p + deletedSuffix)
+			// A Manager's file may be closed and reopened by name behind
+			// the segment: the cache renames it.
+			err = cf.renameFile(l.opts.FS, p+deletedSuffix)
+		} else {
+			err = l.opts.FS.Rename(p, p+deletedSuffix)
+		}
+		if err != nil && !os.IsNotExist(err) {
+			return err
 		}
 	}
 	if err := l.deleteSnapshot(s.base); err != nil {
