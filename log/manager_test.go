@@ -1049,3 +1049,51 @@ func TestManagerConcurrentCreate(t *testing.T) {
 	}
 	require.NoError(t, m.Close())
 }
+
+// openHookFS calls beforeOpen (if set) before each OpenFile.
+type openHookFS struct {
+	vfs.FS
+	beforeOpen func(name string)
+}
+
+func (h *openHookFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	if h.beforeOpen != nil {
+		h.beforeOpen(name)
+	}
+	return h.FS.OpenFile(name, flag, perm)
+}
+
+// TestFileCacheReopenAfterRename: a segment file closed by the cache is
+// renamed (a deleted segment becomes *.deleted) between the moment a
+// reader's reopen takes its name and the open itself; the reopen finds
+// the file under its new name instead of failing.
+func TestFileCacheReopenAfterRename(t *testing.T) {
+	mem := vfs.NewMem()
+	hook := &openHookFS{FS: mem}
+	c := newFileCache(hook, 1)
+	cf, err := c.openFile("/a", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = cf.WriteAt([]byte("segment data"), 0)
+	require.NoError(t, err)
+	other, err := c.openFile("/b", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	require.Equal(t, 1, c.openFiles(), "the cap of one file evicts /a")
+
+	renamed := false
+	hook.beforeOpen = func(name string) {
+		if name == "/a" && !renamed {
+			renamed = true
+			require.NoError(t, cf.renameFile(mem, "/a"+deletedSuffix))
+		}
+	}
+	buf := make([]byte, 12)
+	n, err := cf.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.Equal(t, "segment data", string(buf[:n]))
+	require.True(t, renamed, "the rename did not happen during the reopen")
+	require.Equal(t, "/a"+deletedSuffix, cf.Name())
+	require.LessOrEqual(t, c.openFiles(), 1)
+	require.NoError(t, cf.Close())
+	require.NoError(t, other.Close())
+	require.Zero(t, c.openFiles())
+}
