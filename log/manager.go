@@ -142,6 +142,13 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Entries of logs that are gone leave the checkpoint files now: a log
+	// created again under the name must not be recovered from them.
+	if m.rp.prune(names) {
+		if err := m.rp.write(); err != nil {
+			return nil, err
+		}
+	}
 	// One directory fsync makes the marker's removal, the removal of
 	// half-deleted logs and every log directory's entry durable, so the
 	// logs' Opens need not sync the data directory each.

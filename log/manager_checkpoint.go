@@ -172,6 +172,28 @@ func (s *rpStore) readFile(name string) (offsets map[string]int64, exists bool, 
 	return offsets, true, nil
 }
 
+// prune drops the entries of logs that are not in names (a Delete cut
+// short by a crash after its rename) and reports whether it dropped any.
+func (s *rpStore) prune(names []string) bool {
+	live := make(map[string]bool, len(names))
+	for _, n := range names {
+		live[n] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pruned := false
+	for _, m := range []map[string]int64{s.offsets, s.hws} {
+		for n := range m {
+			if !live[n] {
+				delete(m, n)
+				pruned = true
+			}
+		}
+	}
+	s.dirty = s.dirty || pruned
+	return pruned
+}
+
 // opened ends the use of the previous Manager's clean-shutdown markers:
 // logs opened from now on (created ones) are recovered unless a clean
 // close of this Manager is recorded for them.

@@ -317,6 +317,14 @@ func TestManagerHalfDeletedLogRemovedAtOpen(t *testing.T) {
 	require.Equal(t, []string{"a-0"}, m.Names())
 	_, err = os.Stat(filepath.Join(dir, "b-0"+deletedDirSuffix))
 	require.ErrorIs(t, err, os.ErrNotExist, "the half-deleted log's directory is still there")
+	// Its recovery point left the checkpoint file too, before OpenManager
+	// returned: a new "b-0" must not be recovered from it.
+	data, err := os.ReadFile(filepath.Join(dir, managerCheckpointFile))
+	require.NoError(t, err)
+	rps, err := decodeNamedCheckpoint(data)
+	require.NoError(t, err)
+	require.Contains(t, rps, "a-0")
+	require.NotContains(t, rps, "b-0")
 	require.NoError(t, m.Close())
 }
 
