@@ -368,6 +368,10 @@ func benchRollLatency(b *testing.B, root string, logs int, mode string) rollLate
 	return r
 }
 
+// rollProducersPerLog is how many idempotent producer ids append to each
+// log of BenchmarkRollLatency.
+const rollProducersPerLog = 1000
+
 // rollAppender is log j's open-loop appender: append i is due at
 // start + (i*logs+j)*interval; it returns each append's latency from
 // that time.
@@ -375,10 +379,14 @@ func rollAppender(l *Log, j, logs, n int, start time.Time, interval time.Duratio
 	g := newBenchBatches(uint64(j) + 1)
 	lat := make([]time.Duration, 0, n)
 	var buf []byte
+	// Idempotent producers (issue 3): 1,000 producer ids per log, taking
+	// turns, each with its own next sequence, so every roll snapshots a
+	// real producer state.
+	var seqs [rollProducersPerLog]int32
 	for i := range n {
-		// Issue 3 turns this into idempotent producers: 1,000 producer
-		// ids per log, each with its own epoch and next sequence.
-		opts := noProducer
+		p := i % rollProducersPerLog
+		opts := BatchOptions{ProducerID: int64(j*rollProducersPerLog + p), ProducerEpoch: 0, BaseSequence: seqs[p]}
+		seqs[p] += benchRecordsPerB
 		var batch Batch
 		var err error
 		if buf, batch, err = g.build(buf[:0], benchRecordsPerB, opts); err != nil {

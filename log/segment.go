@@ -95,12 +95,12 @@ func createSegment(c segConfig, base int64, now time.Time) (*segment, error) {
 		return nil, err
 	}
 	s := newSegmentValue(c, base, f, true)
-	for _, suffix := range []string{indexSuffix, timeIndexSuffix} {
-		if err := c.fs.Remove(s.path(suffix)); err != nil && !os.IsNotExist(err) {
-			f.Close()
-			return nil, err
-		}
-	}
+	// Index files of the same name may be left from a truncated segment.
+	// Rather than removing them here, on the append path (a directory
+	// operation, which waits behind the flusher's directory fsyncs), the
+	// indexes' first flush rewrites them from the start: until then the
+	// segment lies past the recovery point, so recovery rebuilds them.
+	s.offIdx.dirty, s.timeIdx.dirty = true, true
 	s.rollBase = now
 	return s, nil
 }
