@@ -86,6 +86,19 @@ func DecodeCheckpoint(data []byte, fields int) ([][]int64, error) {
 // writeFileAtomic replaces path with data durably: write a temporary file,
 // fsync it, rename it over path, fsync the directory.
 func writeFileAtomic(fs vfs.FS, path string, data []byte) error {
+	err := replaceFile(fs, path, data)
+	if err == nil {
+		err = fs.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// replaceFile writes data to a temporary file, fsyncs it and renames it
+// over path; the caller fsyncs the directory.
+func replaceFile(fs vfs.FS, path string, data []byte) error {
 	tmp := path + tmpSuffix
 	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -101,13 +114,7 @@ func writeFileAtomic(fs vfs.FS, path string, data []byte) error {
 	if err == nil {
 		err = fs.Rename(tmp, path)
 	}
-	if err == nil {
-		err = fs.SyncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return err
 }
 
 // writeCheckpoint writes rows to path atomically.

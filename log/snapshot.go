@@ -151,23 +151,7 @@ func (l *Log) snapshotPath(off int64) string {
 // file, fsync, rename. The caller fsyncs the directory.
 func (l *Log) writeSnapshot(off int64, data []byte) error {
 	path := l.snapshotPath(off)
-	tmp := path + tmpSuffix
-	fs := l.opts.FS
-	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(data, 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fs.Rename(tmp, path)
-	}
-	if err != nil {
+	if err := replaceFile(l.opts.FS, path, data); err != nil {
 		return fmt.Errorf("write producer snapshot %s: %w", path, err)
 	}
 	l.snapshots.add(off)
