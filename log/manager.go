@@ -195,31 +195,45 @@ func (m *Manager) scanDir() ([]string, error) {
 
 // openAll opens logs with RecoveryWorkers goroutines.
 func (m *Manager) openAll(names []string) error {
-	work := make(chan string)
+	o := m.logOptions()
+	o.dirSynced = true // by OpenManager
+	var mu sync.Mutex
+	return inParallel(names, m.opts.RecoveryWorkers, func(name string) error {
+		l, err := Open(filepath.Join(m.dir, name), o)
+		if err != nil {
+			return fmt.Errorf("log %s: %w", name, err)
+		}
+		mu.Lock()
+		m.logs[name] = l
+		mu.Unlock()
+		return nil
+	})
+}
+
+// inParallel calls fn for every item on at most workers goroutines and
+// returns the first error; it runs every item regardless.
+func inParallel[T any](items []T, workers int, fn func(T) error) error {
+	work := make(chan T)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
-	for i := 0; i < m.opts.RecoveryWorkers; i++ {
+	for i := 0; i < workers; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := m.logOptions()
-			o.dirSynced = true // by OpenManager
-			for name := range work {
-				l, err := Open(filepath.Join(m.dir, name), o)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("log %s: %w", name, err)
+			for item := range work {
+				if err := fn(item); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
 				}
-				if err == nil {
-					m.logs[name] = l
-				}
-				mu.Unlock()
 			}
 		}()
 	}
-	for _, n := range names {
-		work <- n
+	for _, item := range items {
+		work <- item
 	}
 	close(work)
 	wg.Wait()
@@ -412,31 +426,7 @@ func (m *Manager) closeLogs() error {
 	}
 	m.logs = map[string]*Log{}
 	m.mu.Unlock()
-	work := make(chan *Log)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for i := 0; i < m.opts.RecoveryWorkers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for l := range work {
-				if err := l.Close(); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for _, l := range logs {
-		work <- l
-	}
-	close(work)
-	wg.Wait()
-	return firstErr
+	return inParallel(logs, m.opts.RecoveryWorkers, (*Log).Close)
 }
 
 // checkpointLoop writes the recovery-point checkpoint when it changed.
