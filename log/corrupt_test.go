@@ -210,7 +210,8 @@ type sealedLog struct {
 func buildSealedLog(t *testing.T, bytes int) sealedLog {
 	t.Helper()
 	fs := vfs.NewMem()
-	opts := Options{SegmentBytes: 4 << 10, IndexIntervalBytes: 512, FS: fs}
+	// Reads verify CRCs here: S4 is about never returning damaged bytes.
+	opts := Options{SegmentBytes: 4 << 10, IndexIntervalBytes: 512, FS: fs, VerifyReadCRC: true}
 	l, err := Open("/log", opts)
 	require.NoError(t, err)
 	sl := sealedLog{fs: fs, opts: opts}
@@ -439,7 +440,7 @@ func (sl sealedLog) siteOf(fi int, pos int64) flipSite {
 // bytes; every 500th flip a sweep over the whole log checks that nothing
 // further away changed and everything after the damage stays readable.
 // Read re-reads headers from the file on every call and verifies each
-// batch (no segment data is cached), so an open log sees what a reopen
+// batch (VerifyReadCRC; no segment data is cached), so an open log sees what a reopen
 // would; TestBitFlipsSurviveReopen reopens.
 func TestBitFlipsInSealedLog(t *testing.T) {
 	requireNoGoroutineLeak(t)

@@ -56,8 +56,12 @@
 //     Missing or invalid index files of other segments are rebuilt when
 //     first used. What a reader sees after recovery is a prefix of what was
 //     appended and contains everything that was synced.
-//   - Reads verify each batch's CRC (unless Options.SkipReadCRC): a bit
-//     flip on disk is reported as ErrCorrupt, never returned as data.
+//   - Read checks each batch's framing, header fields and offsets; like
+//     Kafka's broker it leaves the CRC, verified when the batch was
+//     appended or recovered, to the consumer (Options.VerifyReadCRC
+//     verifies it on Read too). A Reader is a consumer: it verifies every
+//     batch's CRC (unless ReaderOptions.SkipCRC), so a bit flip on disk
+//     is reported as ErrCorrupt, never returned as data.
 //
 // # Record batch v2
 //

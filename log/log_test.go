@@ -609,6 +609,7 @@ func TestRecoverOnlyLastSegment(t *testing.T) {
 	writeFileFS(t, img, first, data)
 
 	opts.FS = img
+	opts.VerifyReadCRC = true
 	l = openLog(t, "/log", opts)
 	require.Equal(t, 1, l.Stats().RecoveredSegments)
 	require.Equal(t, int64(300), l.LogEndOffset(), "nothing truncated")

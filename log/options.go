@@ -76,10 +76,16 @@ type Options struct {
 	// looks for expired producer ids (default 10 minutes).
 	ProducerExpiryCheckInterval time.Duration
 
-	// SkipReadCRC skips the CRC check of batches returned by Read. By
-	// default every batch read is verified, so a bit flip on disk is
-	// reported as ErrCorrupt instead of being returned.
-	SkipReadCRC bool
+	// VerifyReadCRC makes Read also verify the CRC of every batch it
+	// returns, so that a bit flip on disk is reported as ErrCorrupt
+	// instead of being returned. By default Read does what Kafka's broker
+	// does: it checks framing, header fields and offsets, but not the
+	// CRC, which was verified when the batch was appended (or by recovery)
+	// and which the consumer verifies end to end; computing it again
+	// would cost about a third of the read throughput. A Reader, being
+	// the consumer, verifies CRCs unless ReaderOptions.SkipCRC is set.
+	// ReadRegion never verifies: its bytes go to the network unread.
+	VerifyReadCRC bool
 
 	// Logger receives warnings (recovery truncations) and errors of the
 	// background flusher. Nil discards them.

@@ -88,8 +88,9 @@ func (l *Log) regionEnd(s *segment, end int64) (int64, error) {
 // segment, and returns the extended slice. Reading at the end of the
 // readable range returns dst unchanged and no error; outside the range it
 // returns ErrOffsetOutOfRange. The first batch may start before offset
-// (offsets are per batch). Each batch's CRC is verified unless
-// Options.SkipReadCRC is set. Read never blocks appends.
+// (offsets are per batch). Each batch's framing, header fields and
+// offsets are checked; its CRC only with Options.VerifyReadCRC (see
+// there). Read never blocks appends.
 func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
 	// The bounds are checked under readMu: segment deletion and
 	// truncation take it after moving them, so a read cannot find the
@@ -118,7 +119,7 @@ func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
 	if err != nil {
 		return dst[:start], err
 	}
-	keep, err := l.wholeBatches(dst[start:start+m], pos, s)
+	keep, err := l.wholeBatches(dst[start:start+m], pos, s, l.opts.VerifyReadCRC)
 	return dst[:start+keep], err
 }
 
@@ -140,8 +141,9 @@ func growLen(b []byte, n int) []byte {
 }
 
 // wholeBatches returns how many leading bytes of buf are whole batches,
-// verifying each one's CRC unless disabled.
-func (l *Log) wholeBatches(buf []byte, pos int64, s *segment) (int, error) {
+// checking each one's header fields and offsets, and its CRC if crc is
+// set.
+func (l *Log) wholeBatches(buf []byte, pos int64, s *segment, crc bool) (int, error) {
 	keep, lastLen := 0, 0
 	prevNext := int64(-1)
 	for rest := buf; len(rest) > 0; {
@@ -155,28 +157,26 @@ func (l *Log) wholeBatches(buf []byte, pos int64, s *segment) (int, error) {
 			}
 			break
 		}
-		if !l.opts.SkipReadCRC {
-			err := b.ValidateHeader()
-			if err == nil {
-				if err = checkFollows(b, prevNext, s); err != nil {
-					// Either this batch's or the previous one's base
-					// offset is damaged: return neither.
-					keep -= lastLen
-				}
+		err = b.validateHeader(crc)
+		if err == nil {
+			if err = checkFollows(b, prevNext, s); err != nil {
+				// Either this batch's or the previous one's base
+				// offset is damaged: return neither.
+				keep -= lastLen
 			}
-			if err == nil {
-				if !startsWithBatch(r) {
-					// b is the last whole batch read: check it against
-					// the header after it, which no later step sees.
-					err = l.checkNextHeader(b, pos+int64(keep+len(b)), s)
-				}
+		}
+		if err == nil {
+			if !startsWithBatch(r) {
+				// b is the last whole batch read: check it against
+				// the header after it, which no later step sees.
+				err = l.checkNextHeader(b, pos+int64(keep+len(b)), s)
 			}
-			if err != nil {
-				if keep == 0 {
-					return 0, fmt.Errorf("segment %s position %d: %w", s.path(logSuffix), pos+int64(keep), err)
-				}
-				break // return the good batches; the next read reports it
+		}
+		if err != nil {
+			if keep == 0 {
+				return 0, fmt.Errorf("segment %s position %d: %w", s.path(logSuffix), pos+int64(keep), err)
 			}
+			break // return the good batches; the next read reports it
 		}
 		prevNext, lastLen = b.NextOffset(), len(b)
 		keep += len(b)

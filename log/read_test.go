@@ -355,20 +355,17 @@ func TestWaitForDataMany(t *testing.T) {
 	}
 }
 
-// TestReadDetectsCorruption: a byte changed on disk under an open log is
-// reported as ErrCorrupt by Read, never returned.
+// TestReadDetectsCorruption: a byte flipped in a record (covered by the
+// CRC only) is reported as ErrCorrupt by Read with VerifyReadCRC and by a
+// Reader by default; the batches before it are returned.
 func TestReadDetectsCorruption(t *testing.T) {
 	requireNoGoroutineLeak(t)
 	fs := vfs.NewMem()
 	opts := testLogOptions(fs)
+	opts.VerifyReadCRC = true
 	l := openLog(t, "/log", opts)
 	want := appendN(t, l, 5, 0)
-	f, err := fs.OpenFile("/log/"+segmentName(0)+logSuffix, os.O_RDWR, 0)
-	require.NoError(t, err)
-	pos := int64(len(want[0]) + len(want[1]) + 70)
-	_, err = f.WriteAt([]byte{0xee}, pos)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	flipRecordByte(t, fs, len(want[0])+len(want[1])+70)
 
 	buf, err := l.Read(nil, 0, ReadOptions{MaxBytes: 1 << 20})
 	require.NoError(t, err, "the good batches before the damage are returned")
@@ -379,4 +376,58 @@ func TestReadDetectsCorruption(t *testing.T) {
 	buf, err = l.Read(nil, 9, ReadOptions{MaxBytes: 1})
 	require.NoError(t, err)
 	require.Equal(t, want[3], buf)
+
+	r := l.NewReader(0, ReaderOptions{})
+	for i := range 2 {
+		b, err := r.TryNext()
+		require.NoError(t, err)
+		require.Equal(t, want[i], []byte(b))
+	}
+	_, err = r.TryNext()
+	require.ErrorIs(t, err, ErrCorrupt, "a Reader verifies CRCs by default")
+}
+
+// TestReadLeavesCRCToConsumer: by default Read, like Kafka's broker, does
+// not recompute CRCs (the consumer does), but it still checks framing and
+// offsets; a Reader with SkipCRC does the same.
+func TestReadLeavesCRCToConsumer(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs := vfs.NewMem()
+	l := openLog(t, "/log", testLogOptions(fs))
+	want := appendN(t, l, 5, 0)
+	pos := len(want[0]) + len(want[1]) + 70
+	flipRecordByte(t, fs, pos)
+
+	buf, err := l.Read(nil, 0, ReadOptions{MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	got := splitAll(t, buf)
+	require.Len(t, got, 5)
+	require.Equal(t, want[:2], got[:2])
+	require.NotEqual(t, want[2], got[2], "the stored bytes are returned")
+	require.ErrorIs(t, Batch(got[2]).ValidateHeader(), ErrCorrupt, "the consumer's check finds the flip")
+
+	r := l.NewReader(0, ReaderOptions{SkipCRC: true})
+	for range 5 {
+		_, err := r.TryNext()
+		require.NoError(t, err)
+	}
+
+	// Damage outside the CRC (the base offset) is still caught.
+	flipRecordByte(t, fs, len(want[0])+len(want[1])+3)
+	_, err = l.Read(nil, 6, ReadOptions{})
+	require.ErrorIs(t, err, ErrCorrupt)
+}
+
+// flipRecordByte overwrites byte pos of the first segment of /log.
+func flipRecordByte(t *testing.T, fs vfs.FS, pos int) {
+	t.Helper()
+	f, err := fs.OpenFile("/log/"+segmentName(0)+logSuffix, os.O_RDWR, 0)
+	require.NoError(t, err)
+	var b [1]byte
+	_, err = f.ReadAt(b[:], int64(pos))
+	require.NoError(t, err)
+	b[0] ^= 0xee
+	_, err = f.WriteAt(b[:], int64(pos))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
 }

@@ -41,6 +41,11 @@ type ReaderOptions struct {
 	// UpToHighWatermark makes the Reader stop (and wait) at the high
 	// watermark instead of the log end offset.
 	UpToHighWatermark bool
+	// SkipCRC skips the CRC check of each batch the Reader returns. By
+	// default a Reader, like a Kafka consumer, verifies every batch's
+	// CRC, so a bit flip on disk is reported as ErrCorrupt instead of
+	// being returned.
+	SkipCRC bool
 }
 
 // Reader reads a Log's batches in order from a starting offset, for
@@ -235,7 +240,7 @@ func (r *Reader) fill(end int64) (retry bool, err error) {
 		}
 		buf = r.buf
 	}
-	keep, err := l.wholeBatches(buf[:m], r.pos, s)
+	keep, err := l.wholeBatches(buf[:m], r.pos, s, !r.opts.SkipCRC)
 	if err != nil {
 		return false, err
 	}

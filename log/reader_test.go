@@ -765,7 +765,7 @@ func TestReaderSequentialReadsDoNotAllocate(t *testing.T) {
 	if raceEnabled() {
 		t.Skip("allocation counts are meaningless under -race")
 	}
-	l, err := Open(t.TempDir(), Options{SegmentBytes: 256 << 10, SkipReadCRC: false})
+	l, err := Open(t.TempDir(), Options{SegmentBytes: 256 << 10, VerifyReadCRC: true})
 	require.NoError(t, err)
 	defer l.Close()
 	bb := NewBatchBuilder()
