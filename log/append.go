@@ -3,6 +3,7 @@ package log
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"time"
 )
 
@@ -272,7 +273,7 @@ func (l *Log) roll(base int64) error {
 		// Replace an empty active segment instead of keeping it.
 		return l.replaceEmptyActive(base)
 	}
-	s, err := createSegment(l.seg, base, l.now())
+	s, err := l.newRollSegment(base)
 	if err != nil {
 		return fmt.Errorf("replog/log: roll: %w", err)
 	}
@@ -280,7 +281,7 @@ func (l *Log) roll(base int64) error {
 	old.timeIdx.maybeAppend(old.maxTS.Load(), old.relOfMaxTS)
 	// The producer state as of the new segment's base offset is captured
 	// now, cheaply; the file is written and fsynced by the flusher.
-	snap := encodeSnapshot(nil, l.producers.producers)
+	snap := encodeSnapshot(l.bg.takeSnapBuf(), l.producers)
 	segs := l.segments()
 	next := make([]*segment, len(segs), len(segs)+1)
 	copy(next, segs)
@@ -295,6 +296,16 @@ func (l *Log) roll(base int64) error {
 		return l.bg.flushRolled()
 	}
 	return nil
+}
+
+// newRollSegment makes the new active segment of a roll from the
+// flusher's spare file, renamed, or else from a newly created file.
+func (l *Log) newRollSegment(base int64) (*segment, error) {
+	name := filepath.Join(l.seg.dir, segmentName(base)+logSuffix)
+	if f := l.bg.takeSpare(name); f != nil {
+		return newEmptySegment(l.seg, base, f, l.now()), nil
+	}
+	return createSegment(l.seg, base, l.now())
 }
 
 // makeGapDurable moves the recovery point to base, the first offset of a

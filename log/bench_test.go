@@ -287,7 +287,10 @@ func benchRollLatency(b *testing.B, root string, logs int, mode string) rollLate
 	if segBatches < 2 {
 		b.Fatalf("%d appends per log are too few to roll 8 times", perLog)
 	}
-	opts := Options{SegmentBytes: int64(segBatches*batchBytes) + int64(batchBytes)/2}
+	// The logs share a FlushGroup, as an application running many logs
+	// should: their flushers then take at most one core from the
+	// appenders when the logs roll together.
+	opts := Options{SegmentBytes: int64(segBatches*batchBytes) + int64(batchBytes)/2, FlushGroup: NewFlushGroup(1)}
 	switch mode {
 	case "norolls":
 		opts.SegmentBytes = int64(perLog+1) * int64(batchBytes) * 2

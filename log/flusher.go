@@ -2,6 +2,8 @@ package log
 
 import (
 	"os"
+
+	"github.com/replog/replog/internal/vfs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +19,18 @@ type flusher struct {
 	mu        sync.Mutex
 	pending   []rolled // rolled segments not yet flushed, oldest first
 	deletions []deletion
+	// snapBuf is a flushed snapshot's buffer, kept for the next roll to
+	// encode into: a roll then allocates nothing for its snapshot, and
+	// the append that rolls is not made to assist the garbage collector
+	// for a producer state of 100s of KiB.
+	snapBuf []byte
+
+	// spare is the file the next roll renames instead of creating one
+	// (spare.go); spareMu guards it and serializes its creation with its
+	// use. wantSpare is set once the log has rolled.
+	spareMu   sync.Mutex
+	spare     vfs.File
+	wantSpare atomic.Bool
 
 	// flushMu serializes roll flushes with each other and with segment
 	// deletion, so a flush never touches the files of a deleted segment.
@@ -123,9 +137,11 @@ func (f *flusher) step() time.Time {
 	if f.stopped {
 		return l.now().Add(time.Hour)
 	}
+	release := l.opts.FlushGroup.acquire()
 	if err := f.flushRolled(); err != nil {
 		l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
 	}
+	release()
 	now := l.now()
 	f.deleteDue(now)
 	if l.opts.SyncInterval > 0 && !now.Before(f.nextSync) {
@@ -170,6 +186,16 @@ func (f *flusher) enqueueRolled(s *segment, snapOff int64, snap []byte) {
 	f.wake()
 }
 
+// takeSnapBuf returns an empty buffer for a roll's snapshot, reusing a
+// flushed one when there is one.
+func (f *flusher) takeSnapBuf() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.snapBuf[:0]
+	f.snapBuf = nil
+	return b
+}
+
 // flushRolled fsyncs the pending rolled segments (index files written and
 // fsynced too) and the directory, then advances and checkpoints the
 // recovery point. On failure the recovery point stays and the failure is
@@ -188,6 +214,10 @@ func (f *flusher) flushRolled() error {
 		return err
 	}
 	start := time.Now()
+	// First the next roll's file, so that it is ready long before that
+	// roll; a roll flush, inline or not, leaves it ready before the
+	// recovery point moves.
+	f.prepareSpare()
 	for _, r := range pending {
 		s := r.seg
 		if err := s.flushIndexes(true); err != nil {
@@ -216,6 +246,11 @@ func (f *flusher) flushRolled() error {
 	}
 	f.mu.Lock()
 	f.pending = f.pending[len(pending):]
+	for _, r := range pending {
+		if cap(r.snap) > cap(f.snapBuf) {
+			f.snapBuf = r.snap
+		}
+	}
 	f.mu.Unlock()
 	l.stats.bgFlushes.Add(1)
 	l.stats.bgFlushNanos.Add(int64(time.Since(start)))

@@ -162,6 +162,7 @@ func (l *Log) Close() error {
 	}
 	l.mu.Unlock()
 	l.bg.stop()
+	l.bg.dropSpare()
 	l.waiters.wake()
 	l.sync.closeWaiters()
 
@@ -207,7 +208,7 @@ func (l *Log) cleanShutdown() error {
 		return l.fail(err)
 	}
 	leo := l.leo.Load()
-	if err := l.writeSnapshot(leo, encodeSnapshot(nil, l.producers.producers)); err != nil {
+	if err := l.writeSnapshot(leo, encodeSnapshot(nil, l.producers)); err != nil {
 		return l.fail(err)
 	}
 	if err := l.opts.FS.SyncDir(l.dir); err != nil {

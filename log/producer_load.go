@@ -34,7 +34,7 @@ func (l *Log) loadProducerState(end int64) error {
 			}
 			continue
 		}
-		l.producers.producers = producers
+		l.producers = producerStateOf(producers)
 		from = max(snaps[i], from)
 		break
 	}

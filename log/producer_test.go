@@ -88,7 +88,7 @@ type idemEntry struct {
 func idemState(l *Log) map[int64]idemEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return idemEntries(l.producers.producers)
+	return idemEntries(l.producers.asMap())
 }
 
 func idemEntries(m map[int64]*producerEntry) map[int64]idemEntry {

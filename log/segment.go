@@ -94,6 +94,12 @@ func createSegment(c segConfig, base int64, now time.Time) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newEmptySegment(c, base, f, now), nil
+}
+
+// newEmptySegment makes the segment for f, an empty file that was just
+// given the name of a segment starting at base.
+func newEmptySegment(c segConfig, base int64, f vfs.File, now time.Time) *segment {
 	s := newSegmentValue(c, base, f, true)
 	// Index files of the same name may be left from a truncated segment.
 	// Rather than removing them here, on the append path (a directory
@@ -102,7 +108,7 @@ func createSegment(c segConfig, base int64, now time.Time) (*segment, error) {
 	// segment lies past the recovery point, so recovery rebuilds them.
 	s.offIdx.dirty, s.timeIdx.dirty = true, true
 	s.rollBase = now
-	return s, nil
+	return s
 }
 
 // openSegment opens an existing segment file; its indexes load lazily.

@@ -24,14 +24,15 @@ const (
 )
 
 // encodeSnapshot serialises the producer state.
-func encodeSnapshot(dst []byte, producers map[int64]*producerEntry) []byte {
+func encodeSnapshot(dst []byte, ps *producerState) []byte {
 	be := binary.BigEndian
-	dst = slices.Grow(dst, snapshotHeaderSize+len(producers)*(snapshotEntrySize+producerBatchesKept*snapshotBatchSize))
+	dst = slices.Grow(dst, snapshotHeaderSize+ps.count()*(snapshotEntrySize+producerBatchesKept*snapshotBatchSize))
 	start := len(dst)
 	dst = be.AppendUint16(dst, snapshotVersion)
 	dst = be.AppendUint32(dst, 0) // crc, set below
-	dst = be.AppendUint32(dst, uint32(len(producers)))
-	for pid, e := range producers {
+	dst = be.AppendUint32(dst, uint32(ps.count()))
+	for i := range ps.entries {
+		pid, e := ps.entries[i].pid, &ps.entries[i].producerEntry
 		dst = be.AppendUint64(dst, uint64(pid))
 		dst = be.AppendUint16(dst, uint16(e.epoch))
 		dst = be.AppendUint64(dst, uint64(e.lastTimestamp))

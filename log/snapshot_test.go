@@ -55,7 +55,7 @@ func snapStates() map[string]map[int64]*producerEntry {
 // i16, lastTimestamp i64, batches i8, and per batch firstSeq i32, lastSeq
 // i32, lastOffset i64, offsetDelta i32, timestamp i64, all big-endian.
 func TestSnapshotLayout(t *testing.T) {
-	got := encodeSnapshot(nil, map[int64]*producerEntry{
+	got := encodeMap(nil, map[int64]*producerEntry{
 		0x0102030405060708: snapEntry(0x090a, 0x0b0c0d0e0f101112,
 			batchMeta{firstSeq: 1, lastSeq: 2, lastOffset: 3, offsetDelta: 4, timestamp: 5},
 			batchMeta{firstSeq: -6, lastSeq: 7, lastOffset: 8, offsetDelta: 9, timestamp: -10}),
@@ -91,7 +91,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	for name, state := range snapStates() {
 		t.Run(name, func(t *testing.T) {
 			prefix := []byte("prefix")
-			data := encodeSnapshot(append([]byte(nil), prefix...), state)
+			data := encodeMap(append([]byte(nil), prefix...), state)
 			require.Equal(t, prefix, data[:len(prefix)])
 			data = data[len(prefix):]
 			n, err := DecodeSnapshot(data)
@@ -109,7 +109,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 // writer, or a matching CRC by chance).
 func TestSnapshotDecodeRejects(t *testing.T) {
 	valid := func() []byte {
-		return encodeSnapshot(nil, map[int64]*producerEntry{
+		return encodeMap(nil, map[int64]*producerEntry{
 			1: snapEntry(0, 5, batchMeta{firstSeq: 0, lastSeq: 1, lastOffset: 1, offsetDelta: 1, timestamp: 5}),
 			2: snapEntry(0, 6, batchMeta{firstSeq: 0, lastSeq: 0, lastOffset: 2, timestamp: 6}),
 		})
@@ -177,7 +177,7 @@ func TestSnapshotDecodeRejects(t *testing.T) {
 //	go test -run='^$' -fuzz=FuzzSnapshotDecode -fuzztime=60s ./log/
 func FuzzSnapshotDecode(f *testing.F) {
 	for _, state := range snapStates() {
-		data := encodeSnapshot(nil, state)
+		data := encodeMap(nil, state)
 		f.Add(data)
 		if len(data) > snapshotHeaderSize {
 			f.Add(data[:len(data)-1])
@@ -201,10 +201,25 @@ func FuzzSnapshotDecode(f *testing.F) {
 		for _, e := range state {
 			require.LessOrEqual(t, e.n, producerBatchesKept)
 		}
-		again := encodeSnapshot(nil, state)
+		again := encodeMap(nil, state)
 		require.Len(t, again, len(data), "a valid snapshot has exactly the encoded size")
 		back, err := decodeSnapshot(again)
 		require.NoError(t, err)
 		require.Equal(t, idemEntries(state), idemEntries(back))
 	})
+}
+
+// encodeMap encodes the producer state held in m.
+func encodeMap(dst []byte, m map[int64]*producerEntry) []byte {
+	return encodeSnapshot(dst, producerStateOf(m))
+}
+
+// asMap returns the producer state as a map of copies.
+func (ps *producerState) asMap() map[int64]*producerEntry {
+	m := make(map[int64]*producerEntry, ps.count())
+	for i := range ps.entries {
+		e := ps.entries[i].producerEntry
+		m[ps.entries[i].pid] = &e
+	}
+	return m
 }

@@ -66,7 +66,7 @@ func (l *Log) Stats() Stats {
 	}
 	c := &l.stats
 	l.mu.Lock()
-	producers := len(l.producers.producers)
+	producers := l.producers.count()
 	l.mu.Unlock()
 	return Stats{
 		Producers:           producers,

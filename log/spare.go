@@ -1,0 +1,78 @@
+package log
+
+import (
+	"os"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// spareName is the file a Log's flusher creates ahead of the next roll,
+// so that the append that rolls only renames it to the new segment's
+// name. Creating a file allocates an inode, which can cost milliseconds
+// of kernel time (ext4 without a journal scans recently freed inodes);
+// a rename does not. Being a temporary file, a spare left by a crash is
+// removed by the next Open.
+const spareName = "next-segment.log" + tmpSuffix
+
+// prepareSpare creates the spare segment file if the log has rolled
+// before and none is ready. Logs that never roll never get one. Run by
+// the flusher; failures only mean the next roll creates its file itself.
+func (f *flusher) prepareSpare() {
+	if !f.wantSpare.Load() {
+		return
+	}
+	l := f.l
+	f.spareMu.Lock()
+	defer f.spareMu.Unlock()
+	if f.spare != nil || l.failedErr() != nil || l.closed.Load() {
+		return
+	}
+	file, err := l.seg.openFile(l.path(spareName), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		l.opts.Logger.Warn("replog/log: creating the spare segment file", "dir", l.dir, "err", err)
+		return
+	}
+	f.spare = file
+	f.wantSpare.Store(false)
+}
+
+// takeSpare renames the spare file, if one is ready, to the segment file
+// name and returns it; else nil, and the caller creates the file. It
+// never waits for a spare being created.
+func (f *flusher) takeSpare(name string) vfs.File {
+	f.wantSpare.Store(true)
+	if !f.spareMu.TryLock() {
+		return nil
+	}
+	defer f.spareMu.Unlock()
+	file := f.spare
+	if file == nil {
+		return nil
+	}
+	f.spare = nil
+	var err error
+	if cf, ok := file.(*cachedFile); ok {
+		err = cf.renameFile(f.l.opts.FS, name)
+	} else {
+		err = f.l.opts.FS.Rename(f.l.path(spareName), name)
+	}
+	if err != nil {
+		_ = file.Close()
+		return nil
+	}
+	return file
+}
+
+// dropSpare closes and removes the spare file (Close).
+func (f *flusher) dropSpare() {
+	f.spareMu.Lock()
+	defer f.spareMu.Unlock()
+	if f.spare == nil {
+		return
+	}
+	_ = f.spare.Close()
+	f.spare = nil
+	if err := f.l.opts.FS.Remove(f.l.path(spareName)); err == nil {
+		f.l.dirDirty.Store(true)
+	}
+}
