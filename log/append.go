@@ -319,10 +319,7 @@ func (l *Log) makeGapDurable(base int64) error {
 	if err := l.bg.flushRolled(); err != nil {
 		return err
 	}
-	if l.recoveryPt.Load() < base {
-		return l.writeRecoveryPoint(base)
-	}
-	return nil
+	return l.writeRecoveryPointAtLeast(base)
 }
 
 // replaceEmptyActive swaps the empty active segment for one at base.

@@ -16,6 +16,7 @@
 //	clean-shutdown                  marker written by Close, removed by Open
 //	00000000000000524288.snapshot   producer state as of offset 524288
 //	leader-epoch-checkpoint         which leader epoch wrote which offsets
+//	next-segment.log.tmp            empty file the next roll renames (spare)
 //
 // # Using a Log
 //
@@ -44,8 +45,14 @@
 //   - Rolling a segment never fsyncs on the append path: the old segment,
 //     its index files and the directory are fsynced by the Log's background
 //     flusher, which then advances the recovery point (written atomically:
-//     temporary file, fsync, rename, fsync of the directory). This is the
-//     fix of KAFKA-9693/KAFKA-15046.
+//     temporary file, fsync, rename, fsync of the directory; at most once
+//     per Options.CheckpointInterval, the file lagging in between). This
+//     is the fix of KAFKA-9693/KAFKA-15046. Nor does a roll create a file:
+//     the flusher creates the next segment's file ahead of time
+//     (next-segment.log.tmp) and the roll renames it, because creating a
+//     file can cost milliseconds of kernel CPU (ext4 without a journal
+//     scans recently freed inodes). Logs that roll together can share an
+//     Options.FlushGroup so that their flushers do not take every core.
 //   - A failed fsync is sticky: the Log refuses appends and syncs with an
 //     error wrapping ErrSyncFailed until it is reopened, and nothing after
 //     the last successful Sync is reported durable.

@@ -25,6 +25,14 @@ type flusher struct {
 	// for a producer state of 100s of KiB.
 	snapBuf []byte
 
+	// rpLazy, guarded by flushMu, spaces out a standalone log's
+	// recovery-point checkpoint writes after roll flushes (see
+	// Options.CheckpointInterval).
+	rpLazy struct {
+		written time.Time // last checkpoint write
+		behind  bool      // the file holds less than recoveryPt
+	}
+
 	// spare is the file the next roll renames instead of creating one
 	// (spare.go); spareMu guards it and serializes its creation with its
 	// use. wantSpare is set once the log has rolled.
@@ -143,6 +151,7 @@ func (f *flusher) step() time.Time {
 	}
 	release()
 	now := l.now()
+	lateCheckpoint, late := f.writeLateCheckpoint(now)
 	f.deleteDue(now)
 	if l.opts.SyncInterval > 0 && !now.Before(f.nextSync) {
 		_ = l.Sync() // a failure is sticky and reported by later calls
@@ -159,6 +168,9 @@ func (f *flusher) step() time.Time {
 		f.nextExpiry = now.Add(l.opts.ProducerExpiryCheckInterval)
 	}
 	next := f.nextExpiry
+	if late {
+		next = minTime(next, lateCheckpoint)
+	}
 	if d, ok := f.nextDeletion(); ok {
 		next = minTime(next, d)
 	}
@@ -239,7 +251,7 @@ func (f *flusher) flushRolled() error {
 	}
 	rp := l.segmentAfter(pending[len(pending)-1].seg)
 	if rp > l.recoveryPt.Load() {
-		if err := l.storeRecoveryPoint(rp, false); err != nil {
+		if err := f.advanceRecoveryPoint(rp); err != nil {
 			return err
 		}
 		l.markDurable(rp)
@@ -255,6 +267,48 @@ func (f *flusher) flushRolled() error {
 	l.stats.bgFlushes.Add(1)
 	l.stats.bgFlushNanos.Add(int64(time.Since(start)))
 	return nil
+}
+
+// advanceRecoveryPoint publishes rp, the end of a roll flush, and
+// checkpoints it unless a standalone log's last checkpoint write is more
+// recent than CheckpointInterval: then the file keeps an older recovery
+// point (a crash only makes recovery scan more) and writeLateCheckpoint
+// catches up. Callers hold flushMu.
+func (f *flusher) advanceRecoveryPoint(rp int64) error {
+	l := f.l
+	now := l.now()
+	if l.opts.recoveryPoints == nil && l.opts.CheckpointInterval > 0 && now.Sub(f.rpLazy.written) < l.opts.CheckpointInterval {
+		l.recoveryPt.Store(rp)
+		f.rpLazy.behind = true
+		return nil
+	}
+	if err := l.storeRecoveryPoint(rp, false); err != nil {
+		return err
+	}
+	f.rpLazy.written, f.rpLazy.behind = now, false
+	return nil
+}
+
+// writeLateCheckpoint writes the published recovery point if
+// advanceRecoveryPoint left the file behind and CheckpointInterval has
+// passed since the last write. It returns when it is next due.
+func (f *flusher) writeLateCheckpoint(now time.Time) (time.Time, bool) {
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	if !f.rpLazy.behind {
+		return time.Time{}, false
+	}
+	if due := f.rpLazy.written.Add(f.l.opts.CheckpointInterval); now.Before(due) {
+		return due, true
+	}
+	if f.l.failedErr() != nil {
+		return time.Time{}, false
+	}
+	if err := f.l.storeRecoveryPoint(f.l.recoveryPt.Load(), false); err != nil {
+		return time.Time{}, false // sticky: storeRecoveryPoint failed the log
+	}
+	f.rpLazy.written, f.rpLazy.behind = now, false
+	return time.Time{}, false
 }
 
 // forget drops a segment from the pending flushes (it is being deleted).

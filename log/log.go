@@ -33,7 +33,7 @@ type Log struct {
 	leo        atomic.Int64               // log end offset: next offset to assign
 	logStart   atomic.Int64
 	hw         atomic.Int64
-	recoveryPt atomic.Int64 // offsets below it are durable and checkpointed
+	recoveryPt atomic.Int64 // offsets below it are durable; see rpLazy
 
 	unsyncedMsgs int // records since the last sync (appender-only, under mu)
 	dirDirty     atomic.Bool
@@ -247,7 +247,35 @@ func (l *Log) path(name string) string { return l.dir + string(os.PathSeparator)
 
 // writeRecoveryPoint persists rp durably before returning and publishes
 // it; callers that rely on it for correctness (gaps, truncation) use it.
-func (l *Log) writeRecoveryPoint(rp int64) error { return l.storeRecoveryPoint(rp, true) }
+// It holds the flusher's flushMu, so that a lazy checkpoint write (which
+// writes the published value) cannot land after it with an older value.
+func (l *Log) writeRecoveryPoint(rp int64) error {
+	l.bg.flushMu.Lock()
+	defer l.bg.flushMu.Unlock()
+	return l.writeRecoveryPointLocked(rp)
+}
+
+// writeRecoveryPointAtLeast makes sure the checkpoint file holds at least
+// min: it writes the published recovery point, raised to min, unless the
+// file already holds that much (a roll flush may have published one it
+// left for later).
+func (l *Log) writeRecoveryPointAtLeast(min int64) error {
+	l.bg.flushMu.Lock()
+	defer l.bg.flushMu.Unlock()
+	rp := l.recoveryPt.Load()
+	if rp >= min && !l.bg.rpLazy.behind {
+		return nil
+	}
+	return l.writeRecoveryPointLocked(max(rp, min))
+}
+
+func (l *Log) writeRecoveryPointLocked(rp int64) error {
+	err := l.storeRecoveryPoint(rp, true)
+	if err == nil {
+		l.bg.rpLazy.written, l.bg.rpLazy.behind = l.now(), false
+	}
+	return err
+}
 
 // storeRecoveryPoint persists and publishes rp. Without urgent a
 // Manager may batch it into its checkpoint later: an older recovery

@@ -594,6 +594,7 @@ func waitRecoveryPoint(t *testing.T, l *Log) {
 func TestRecoverOnlyLastSegment(t *testing.T) {
 	requireNoGoroutineLeak(t)
 	fs, opts := memLog()
+	opts.CheckpointInterval = -1 // the checkpoint follows every roll flush
 	l := openLog(t, "/log", opts)
 	want := appendN(t, l, 100, 0)
 	segs := len(l.segments())
@@ -774,4 +775,56 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 		_, err := Open("/log", o)
 		require.Error(t, err, "options %d: %+v", i, o)
 	}
+}
+
+// TestCheckpointIntervalDefersRecoveryPointFile: within CheckpointInterval
+// roll flushes advance the recovery point in memory only; a crash then
+// recovers from the older checkpoint, scanning more segments and losing
+// nothing synced; once the interval has passed the flusher writes the
+// checkpoint without another roll.
+func TestCheckpointIntervalDefersRecoveryPointFile(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	opts.Now = func() time.Time { return time.Unix(0, now.Load()) }
+	opts.CheckpointInterval = time.Minute
+	l := openLog(t, "/log", opts)
+	path := "/log/" + recoveryPointFile
+
+	want := appendN(t, l, 40, 0) // the first roll flush writes the file
+	waitRecoveryPoint(t, l)
+	first, ok, err := readOffsetCheckpoint(fs, path)
+	require.NoError(t, err)
+	require.True(t, ok)
+	want = append(want, appendN(t, l, 60, 400)...) // a minute has not passed
+	waitRecoveryPoint(t, l)
+	require.NoError(t, l.Sync())
+	onDisk, _, err := readOffsetCheckpoint(fs, path)
+	require.NoError(t, err)
+	require.Equal(t, first, onDisk, "the checkpoint waits for the interval")
+	require.Less(t, onDisk, l.RecoveryPoint())
+
+	img := crashCopy(t, fs)
+	crashed := opts
+	crashed.FS = img
+	l2 := openLog(t, "/log", crashed)
+	require.Greater(t, l2.Stats().RecoveredSegments, 1, "recovery scans from the older checkpoint")
+	buf, err := l2.Read(nil, 0, ReadOptions{MaxBytes: 1 << 30})
+	require.NoError(t, err)
+	got := splitAll(t, buf)
+	for off := int64(len(got)) * 3; off < l2.LogEndOffset(); off = int64(len(got)) * 3 {
+		buf, err = l2.Read(nil, off, ReadOptions{MaxBytes: 1 << 30})
+		require.NoError(t, err)
+		got = append(got, splitAll(t, buf)...)
+	}
+	require.Equal(t, len(want), len(got), "nothing synced is lost")
+	require.NoError(t, l2.Close())
+
+	now.Add(int64(time.Minute))
+	l.bg.wake()
+	require.Eventually(t, func() bool {
+		v, _, err := readOffsetCheckpoint(fs, path)
+		return err == nil && v == l.RecoveryPoint()
+	}, 10*time.Second, time.Millisecond, "the flusher writes the late checkpoint")
 }

@@ -17,6 +17,7 @@ const (
 	DefaultMaxBatchBytes      = 8 << 20
 	DefaultFileDeleteDelay    = time.Minute
 	DefaultReadMaxBytes       = 1 << 20
+	DefaultCheckpointInterval = time.Second
 
 	DefaultProducerIDExpiration        = 7 * 24 * time.Hour
 	DefaultProducerExpiryCheckInterval = 10 * time.Minute
@@ -89,11 +90,25 @@ type Options struct {
 
 	// FlushGroup, shared by several Logs, bounds how many of them run
 	// their background roll work (fsyncs, index, snapshot and spare
-	// segment files) at once. Creating files costs kernel CPU; when many
-	// logs roll together, their flushers would otherwise take every core
-	// from the appenders. Nil: no bound. A Manager's logs are bounded by
-	// its scheduler instead.
+	// segment files) at once. A flusher spends its time in blocking
+	// system calls, and a goroutine in one keeps its P until the Go
+	// runtime's monitor takes it back (up to ~20 ms when idle); file
+	// creation also costs kernel CPU. When many logs roll together, their
+	// flushers would otherwise hold every P and core and stall the
+	// appenders. Nil: no bound. A Manager's logs are bounded by its
+	// scheduler instead.
 	FlushGroup *FlushGroup
+
+	// CheckpointInterval is the least time between two writes of the
+	// recovery-point checkpoint after roll flushes (default 1s; negative:
+	// after every roll flush). In between, the recovery point advances in
+	// memory and the file keeps an older one, which only makes recovery
+	// after a crash scan more segments; Kafka writes it once a minute.
+	// Each write creates, fsyncs and renames a file and fsyncs the
+	// directory, which with many logs rolling often would cost more than
+	// the flushes themselves. Truncations and Close write it at once. A
+	// Manager batches its logs' checkpoints itself.
+	CheckpointInterval time.Duration
 
 	// Logger receives warnings (recovery truncations) and errors of the
 	// background flusher. Nil discards them.
@@ -166,6 +181,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ProducerExpiryCheckInterval == 0 {
 		o.ProducerExpiryCheckInterval = DefaultProducerExpiryCheckInterval
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = DefaultCheckpointInterval
 	}
 	if o.FileDeleteDelay == 0 {
 		o.FileDeleteDelay = DefaultFileDeleteDelay
