@@ -703,3 +703,73 @@ func TestNodeRepeatedBecomeLeaderKeepsTheISR(t *testing.T) {
 	fetchOnce(t, f1, leader, now)
 	require.Equal(t, int64(3), leader.log.HighWatermark(), "the leader kept its followers' state")
 }
+
+func TestNextAppendChunk(t *testing.T) {
+	a, b, c := testBatch(t, "a"), testBatch(t, "bb"), testBatch(t, "ccc")
+	all := slices.Concat(a, b, c)
+	chunk, rest := nextAppendChunk(all, len(a)+len(b))
+	require.Equal(t, slices.Concat(a, b), chunk)
+	require.Equal(t, c, rest)
+	chunk, rest = nextAppendChunk(all, 1) // at least one batch
+	require.Equal(t, a, chunk)
+	require.Equal(t, slices.Concat(b, c), rest)
+	chunk, rest = nextAppendChunk(all, len(all))
+	require.Equal(t, all, chunk)
+	require.Empty(t, rest)
+	// Bytes that do not frame end the chunk before them, then make one
+	// of their own for the log to refuse.
+	bad := slices.Concat(a, []byte{1, 2, 3})
+	chunk, rest = nextAppendChunk(bad, len(bad))
+	require.Equal(t, a, chunk)
+	chunk, rest = nextAppendChunk(rest, len(bad))
+	require.Equal(t, []byte{1, 2, 3}, chunk)
+	require.Empty(t, rest)
+}
+
+// A response larger than followerAppendChunkBytes is appended in pieces
+// of whole batches: the follower ends equal to the leader, and a corrupt
+// batch late in a response keeps the pieces before it, which the next
+// fetch continues after.
+func TestNodeAppendsLargeResponsesInChunks(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	value := strings.Repeat("v", 16<<10)
+	const batches = 3 * followerAppendChunkBytes / (16 << 10)
+	for i := range batches {
+		_, err := leader.log.AppendAsLeader(testBatch(t, fmt.Sprintf("%d-%s", i, value)), 1)
+		require.NoError(t, err)
+	}
+	require.NoError(t, leader.log.Sync())
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+
+	req := f.node.BuildFetch(0, ntime)
+	resp, err := leader.node.HandleFetch(req, ntime)
+	require.NoError(t, err)
+	require.NoError(t, resp.Materialize())
+	records := resp.Partitions[0].Records
+	require.Greater(t, len(records), 2*followerAppendChunkBytes)
+	// Corrupt a record byte of the last batch (covered by its CRC).
+	records[len(records)-1] ^= 0xff
+	n, err := f.node.HandleFetchResponse(0, req, resp, ntime)
+	require.ErrorIs(t, err, log.ErrCorrupt)
+	require.Positive(t, n)
+	require.Less(t, f.log.LogEndOffset(), leader.log.LogEndOffset())
+	got, err := readAll(f.log)
+	require.NoError(t, err)
+	require.Len(t, got, int(n))
+	require.Equal(t, records[:n], got, "whole leading batches of the response")
+
+	// The next fetch reports the end of what was appended.
+	p := f.node.partition(ntp)
+	p.mu.Lock()
+	p.backoffUntil = time.Time{}
+	p.mu.Unlock()
+	end := f.log.LogEndOffset()
+	for f.log.LogEndOffset() < leader.log.LogEndOffset() {
+		req, _ := fetchOnce(t, f, leader, ntime)
+		require.Equal(t, end, req.Partitions[0].FetchOffset)
+		end = f.log.LogEndOffset()
+	}
+	requireSameLog(t, leader.log, f.log)
+}
