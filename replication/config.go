@@ -36,6 +36,8 @@ type Config struct {
 	// power loss of all but one in-sync replica.
 	RelaxedDurability bool
 	// FetchMaxBytes bounds a follower's fetch response (default 8 MiB).
+	// Over TCP, the fetcher of each leader keeps its last response's
+	// buffer, up to about this size, for the next response.
 	FetchMaxBytes int32
 	// FetchMaxWait is the leader's long-poll time for empty fetches
 	// (default 500 ms).

@@ -180,12 +180,24 @@ func hasNews(resp *FetchResponse) bool {
 	return false
 }
 
+// bufferedFetcher is a Transport that reads a response into a buffer
+// its caller passes back once done with the response (TCPTransport).
+type bufferedFetcher interface {
+	fetchInto(ctx context.Context, leader int32, req *FetchRequest, buf []byte) (*FetchResponse, []byte, error)
+}
+
 // fetchLoop is the fetcher of one leader: it fetches the partitions this
 // node follows there, in fair order, until none is left or Close.
 func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 	defer r.wg.Done()
 	backoff := time.NewTimer(0)
 	defer backoff.Stop()
+	// With a bufferedFetcher, every response is read into buf, reused
+	// since HandleFetchResponse keeps nothing of a response; one that
+	// outgrew what a fetch asks for is not kept.
+	bf, _ := r.transport.(bufferedFetcher)
+	var buf []byte
+	keepBytes := int(r.cfg.FetchMaxBytes) + 1<<20
 	for {
 		req := r.node.BuildFetch(leader, r.cfg.Now())
 		if req == nil {
@@ -197,12 +209,21 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 			}
 			continue
 		}
-		resp, err := r.transport.Fetch(r.ctx, leader, req)
+		var resp *FetchResponse
+		var err error
+		if bf != nil {
+			resp, buf, err = bf.fetchInto(r.ctx, leader, req, buf)
+		} else {
+			resp, err = r.transport.Fetch(r.ctx, leader, req)
+		}
 		if r.ctx.Err() != nil {
 			return
 		}
 		if err == nil {
 			_, err = r.node.HandleFetchResponse(leader, req, resp, r.cfg.Now())
+		}
+		if cap(buf) > keepBytes {
+			buf = nil
 		}
 		if err != nil {
 			if errors.Is(err, log.ErrSyncFailed) || errors.Is(err, log.ErrClosed) {

@@ -140,27 +140,38 @@ func NewTCPTransport(opts TCPOptions) (*TCPTransport, error) {
 // Fetch sends req to node leader and waits for its answer (see
 // Transport and TCPTransport).
 func (t *TCPTransport) Fetch(ctx context.Context, leader int32, req *FetchRequest) (*FetchResponse, error) {
+	resp, _, err := t.fetchInto(ctx, leader, req, nil)
+	return resp, err
+}
+
+// fetchInto is Fetch reading the response's body into buf when it fits,
+// else into a new buffer. It returns that buffer, which the response's
+// Records alias: once done with the response, the caller may pass it to
+// the next fetchInto (the Replicator's fetcher does, so that catching up
+// does not allocate, fault in and collect a FetchMaxBytes buffer per
+// fetch). On error it returns buf.
+func (t *TCPTransport) fetchInto(ctx context.Context, leader int32, req *FetchRequest, buf []byte) (*FetchResponse, []byte, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, buf, err
 	}
 	addr, err := t.opts.Resolve(leader)
 	if err != nil {
-		return nil, fmt.Errorf("%w: node %d: %w", ErrUnreachable, leader, err)
+		return nil, buf, fmt.Errorf("%w: node %d: %w", ErrUnreachable, leader, err)
 	}
 	for attempt := 0; ; attempt++ {
 		c, reused, err := t.conn(ctx, leader, addr)
 		if err != nil {
-			return nil, err
+			return nil, buf, err
 		}
-		resp, keep, stale, err := t.roundTrip(ctx, c, req)
+		resp, body, keep, stale, err := t.roundTrip(ctx, c, req, buf)
 		t.release(c, keep)
 		if err != nil && reused && stale && attempt == 0 && ctx.Err() == nil {
 			continue // the peer closed the idle connection: try a new one
 		}
 		if err != nil {
-			return nil, t.fetchErr(ctx, leader, addr, err)
+			return nil, buf, t.fetchErr(ctx, leader, addr, err)
 		}
-		return resp, nil
+		return resp, body, nil
 	}
 }
 
@@ -242,17 +253,18 @@ func (t *TCPTransport) release(c *tcpConn, keep bool) {
 // longAgo is a deadline in the past, which interrupts blocked I/O.
 var longAgo = time.Unix(1, 0)
 
-// roundTrip sends req on c and reads the answer. keep says the stream is
-// still in sync (a whole response frame was read); stale says the peer
-// had closed the connection before answering.
-func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequest) (resp *FetchResponse, keep, stale bool, err error) {
+// roundTrip sends req on c and reads the answer, its body into buf when
+// it fits (body is the buffer used). keep says the stream is still in sync
+// (a whole response frame was read); stale says the peer had closed the
+// connection before answering.
+func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequest, buf []byte) (resp *FetchResponse, body []byte, keep, stale bool, err error) {
 	corr := t.corr.Add(1)
 	c.wbuf, err = appendFetchRequestFrame(c.wbuf[:0], corr, req)
 	if err != nil {
-		return nil, true, false, err
+		return nil, nil, true, false, err
 	}
 	if len(c.wbuf) > t.opts.MaxFrameBytes {
-		return nil, true, false, fmt.Errorf("%w: request of %d bytes, limit %d", ErrFrameTooLarge, len(c.wbuf), t.opts.MaxFrameBytes)
+		return nil, nil, true, false, fmt.Errorf("%w: request of %d bytes, limit %d", ErrFrameTooLarge, len(c.wbuf), t.opts.MaxFrameBytes)
 	}
 	deadline := time.Now().Add(time.Duration(max(req.MaxWaitMs, 0))*time.Millisecond + t.opts.RequestTimeout)
 	ctxDeadline := false
@@ -260,10 +272,10 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 		deadline, ctxDeadline = d, true
 	}
 	if err := c.nc.SetDeadline(deadline); err != nil {
-		return nil, false, false, err
+		return nil, nil, false, false, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(longAgo) })
-	resp, keep, stale, err = t.exchange(c, corr, req)
+	resp, body, keep, stale, err = t.exchange(c, corr, req, buf)
 	if !stop() {
 		// The context ended: its deadline change may land at any time,
 		// so the connection cannot be reused.
@@ -273,25 +285,25 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 		// The connection's timer may fire just before the context's.
 		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	}
-	return resp, keep, stale, err
+	return resp, body, keep, stale, err
 }
 
-func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest) (*FetchResponse, bool, bool, error) {
+func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf []byte) (*FetchResponse, []byte, bool, bool, error) {
 	if _, err := c.nc.Write(c.wbuf); err != nil {
-		return nil, false, peerGone(err), err
+		return nil, nil, false, peerGone(err), err
 	}
 	if cap(c.wbuf) > 1<<20 {
 		c.wbuf = nil // do not keep a huge request's buffer
 	}
 	h, err := readFrameHeader(c.br, &c.hdr, t.opts.MaxFrameBytes)
 	if err != nil {
-		return nil, false, peerGone(err), err
+		return nil, nil, false, peerGone(err), err
 	}
 	if err := h.checkVersion(); err != nil {
-		return nil, false, false, err
+		return nil, nil, false, false, err
 	}
 	if h.corr != corr {
-		return nil, false, false, fmt.Errorf("%w: correlation id %d, expected %d", ErrMalformedFrame, h.corr, corr)
+		return nil, nil, false, false, fmt.Errorf("%w: correlation id %d, expected %d", ErrMalformedFrame, h.corr, corr)
 	}
 	// The response should be about what was asked for: allocate that much
 	// at once, and grow beyond it only as bytes arrive.
@@ -299,18 +311,18 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest) (*Fe
 	for i := range req.Partitions {
 		expect += minResponsePartitionBytes + len(req.Partitions[i].Topic)
 	}
-	body, err := readBody(c.br, h.bodyLen, nil, expect)
+	body, err := readBody(c.br, h.bodyLen, buf[:0], expect)
 	if err != nil {
-		return nil, false, false, err
+		return nil, nil, false, false, err
 	}
 	switch h.typ {
 	case msgFetchResponse:
 		resp, err := decodeFetchResponse(body)
-		return resp, true, false, err
+		return resp, body, true, false, err
 	case msgError:
-		return nil, true, false, decodeError(body)
+		return nil, body, true, false, decodeError(body)
 	}
-	return nil, false, false, fmt.Errorf("%w: unexpected message type %d", ErrMalformedFrame, h.typ)
+	return nil, nil, false, false, fmt.Errorf("%w: unexpected message type %d", ErrMalformedFrame, h.typ)
 }
 
 // peerGone reports an error of a connection the peer closed.

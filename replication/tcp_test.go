@@ -206,6 +206,55 @@ func TestTCPFetch(t *testing.T) {
 	require.LessOrEqual(t, ln.accepted.Load(), int32(5))
 }
 
+// fetchInto reads a response into the buffer passed when it fits, and
+// into a new one, returned, when it does not; Fetch never reuses one.
+func TestTCPFetchIntoReusesTheBuffer(t *testing.T) {
+	checkGoroutines(t)
+	data := testData(256 << 10)
+	f := segmentFile(t, data)
+	_, ln := startServer(t, echoHandler(f, data, nil), TCPOptions{})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
+	ctx := context.Background()
+
+	// The body ends with the last partition's records.
+	aliases := func(buf []byte, resp *FetchResponse) bool {
+		rec := resp.Partitions[len(resp.Partitions)-1].Records
+		return len(buf) > 0 && len(rec) > 0 && &buf[len(buf)-1] == &rec[len(rec)-1]
+	}
+	req := testRequest(3)
+	resp, buf, err := tr.fetchInto(ctx, 0, req, nil)
+	require.NoError(t, err)
+	checkEcho(t, data, req, resp)
+	require.True(t, aliases(buf, resp), "records alias the returned buffer")
+	first := &buf[:1][0]
+
+	resp, buf, err = tr.fetchInto(ctx, 0, req, buf)
+	require.NoError(t, err)
+	checkEcho(t, data, req, resp)
+	require.Same(t, first, &buf[:1][0], "the buffer was reused")
+	require.True(t, aliases(buf, resp))
+
+	small := make([]byte, 0, 16)
+	resp, buf, err = tr.fetchInto(ctx, 0, req, small)
+	require.NoError(t, err)
+	checkEcho(t, data, req, resp)
+	require.Greater(t, cap(buf), cap(small), "a new buffer for a response that does not fit")
+
+	// Fetch's responses own their buffers.
+	r1, err := tr.Fetch(ctx, 0, req)
+	require.NoError(t, err)
+	r2, err := tr.Fetch(ctx, 0, req)
+	require.NoError(t, err)
+	require.NotSame(t, &r1.Partitions[0].Records[0], &r2.Partitions[0].Records[0])
+	checkEcho(t, data, req, r1)
+
+	// Errors hand the caller's buffer back.
+	tr2 := newTransport(t, "127.0.0.1:1", TCPOptions{DialTimeout: time.Second})
+	_, got, err := tr2.fetchInto(ctx, 0, req, buf)
+	require.ErrorIs(t, err, ErrUnreachable)
+	require.Same(t, &buf[:1][0], &got[:1][0])
+}
+
 func TestTCPFetchFromReplicator(t *testing.T) {
 	checkGoroutines(t)
 	tp := TopicPartition{Topic: "t", Partition: 0}
