@@ -72,89 +72,171 @@ func lastBatchEpoch(l *log.Log) int32 {
 // few hundred KiB of whole batches at a time; when an append fails, the
 // batches before it stay. It returns the bytes appended.
 func (n *Node) HandleFetchResponse(leader int32, req *FetchRequest, resp *FetchResponse, now time.Time) (int64, error) {
-	var total int64
-	var got []TopicPartition
-	var firstErr error
+	a := n.newResponseApplier(leader, req, now)
 	for i := range resp.Partitions {
 		pr := &resp.Partitions[i]
-		if i >= len(req.Partitions) || req.Partitions[i].TopicPartition != pr.TopicPartition {
-			continue
+		a.beginPartition(i, pr)
+		a.records(pr.Records)
+		a.endPartition()
+	}
+	return a.finish()
+}
+
+// responseApplier applies one fetch response partition by partition, the
+// records of each in as many pieces as they arrive in (whole batches):
+// HandleFetchResponse gives it a whole response, the TCP fetcher a
+// response still being received (fetchStream). The partition lock is
+// taken for each step, not across them, so every step checks again that
+// the response still applies to the log: no role change, and the log
+// still ends where the previous step left it.
+type responseApplier struct {
+	n      *Node
+	leader int32
+	req    *FetchRequest
+	now    time.Time
+
+	// The current partition, while its records are to be appended.
+	p        *partition
+	active   bool
+	fp       FetchPartition // what the log must look like for the next step
+	hw       int64          // the leader's high watermark
+	appended int64
+
+	total    int64
+	got      []TopicPartition
+	firstErr error
+}
+
+func (n *Node) newResponseApplier(leader int32, req *FetchRequest, now time.Time) *responseApplier {
+	return &responseApplier{n: n, leader: leader, req: req, now: now}
+}
+
+func (a *responseApplier) fail(err error) {
+	if err != nil && a.firstErr == nil {
+		a.firstErr = err
+	}
+}
+
+// beginPartition handles the header of the response's i-th partition (its
+// Records are ignored: records follows): errors, divergence, staleness.
+func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
+	a.p, a.active, a.appended = nil, false, 0
+	if i >= len(a.req.Partitions) || a.req.Partitions[i].TopicPartition != pr.TopicPartition {
+		return
+	}
+	p := a.n.partition(pr.TopicPartition)
+	if p == nil {
+		return
+	}
+	fp := a.req.Partitions[i]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a.stale(p, fp) {
+		return
+	}
+	n, l := a.n, p.log
+	switch {
+	case pr.Error == CodeOffsetOutOfRange:
+		a.fail(n.resetOutOfRange(p, fp, pr))
+		return
+	case pr.Error != CodeNone:
+		p.backoffUntil = a.now.Add(n.cfg.FetchBackoff)
+		return
+	case pr.Diverging != nil:
+		n.stats.truncations.Add(1)
+		a.fail(l.TruncateTo(truncationTarget(l, *pr.Diverging)))
+		return
+	}
+	a.p, a.active, a.fp, a.hw = p, true, fp, pr.HighWatermark
+}
+
+// stale reports whether a response to fp no longer applies to p's log.
+// A response applies to the log the request described: its end and the
+// epoch of its last batch (the two identify the log's contents, as logs
+// with the same epoch at the same end offset are equal). A delayed or
+// repeated response to an earlier request, made before a truncation and
+// refetch that led back to the same end, would otherwise truncate again
+// below what the leader already counted. Callers hold p.mu.
+func (a *responseApplier) stale(p *partition, fp FetchPartition) bool {
+	l := p.log
+	return p.role != roleFollower || p.leader != a.leader || p.epoch != fp.CurrentLeaderEpoch ||
+		l.LogEndOffset() != fp.FetchOffset || lastBatchEpoch(l) != fp.LastFetchedEpoch
+}
+
+// records appends the next records of the current partition: whole
+// batches, continuing the previous ones.
+func (a *responseApplier) records(records []byte) {
+	if !a.active || len(records) == 0 {
+		return
+	}
+	p := a.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a.stale(p, a.fp) {
+		a.active = false
+		return
+	}
+	l := p.log
+	for rest := skipBelow(records, l.LogEndOffset()); len(rest) > 0; {
+		var chunk []byte
+		chunk, rest = nextAppendChunk(rest, followerAppendChunkBytes)
+		if _, err := l.AppendAsFollower(chunk); err != nil {
+			// The chunks before stay appended: whole batches of the
+			// leader's log, which the next fetch continues after.
+			p.backoffUntil = a.now.Add(a.n.cfg.FetchBackoff)
+			a.fail(err)
+			a.active = false
+			break
 		}
-		p := n.partition(pr.TopicPartition)
-		if p == nil {
-			continue
-		}
-		appended, err := n.applyPartition(p, leader, req.Partitions[i], pr, now)
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		if appended > 0 {
-			total += appended
-			got = append(got, pr.TopicPartition)
+		a.appended += int64(len(chunk))
+	}
+	a.fp.FetchOffset, a.fp.LastFetchedEpoch = l.LogEndOffset(), lastBatchEpoch(l)
+}
+
+// endPartition finishes the current partition: fsync (unless
+// RelaxedDurability) and high watermark.
+func (a *responseApplier) endPartition() {
+	if a.appended > 0 {
+		a.total += a.appended
+		a.got = append(a.got, a.p.tp)
+	}
+	if !a.active {
+		return
+	}
+	p := a.p
+	a.active = false
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a.stale(p, a.fp) {
+		return
+	}
+	l := p.log
+	if a.appended > 0 && !a.n.cfg.RelaxedDurability {
+		if err := l.Sync(); err != nil {
+			a.fail(err)
+			return
 		}
 	}
-	if len(got) > 0 {
+	if a.hw >= 0 {
+		l.SetHighWatermark(min(a.hw, l.LogEndOffset()))
+	}
+}
+
+// finish moves the partitions that got data to the end of the fetch
+// order and returns the bytes appended and the first error.
+func (a *responseApplier) finish() (int64, error) {
+	n := a.n
+	if len(a.got) > 0 {
 		n.mu.Lock()
-		if f := n.fetchers[leader]; f != nil {
-			for _, tp := range got {
+		if f := n.fetchers[a.leader]; f != nil {
+			for _, tp := range a.got {
 				f.MoveToEnd(tp)
 			}
 		}
 		n.mu.Unlock()
-		n.stats.fetchedBytes.Add(total)
+		n.stats.fetchedBytes.Add(a.total)
 	}
-	return total, firstErr
-}
-
-// applyPartition handles one partition of a fetch response.
-func (n *Node) applyPartition(p *partition, leader int32, fp FetchPartition, pr *FetchPartitionResponse, now time.Time) (int64, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l := p.log
-	// A response applies to the log the request described: its end and
-	// the epoch of its last batch (the two identify the log's contents,
-	// as logs with the same epoch at the same end offset are equal). A
-	// delayed or repeated response to an earlier request, made before a
-	// truncation and refetch that led back to the same end, would
-	// otherwise truncate again below what the leader already counted.
-	if p.role != roleFollower || p.leader != leader || p.epoch != fp.CurrentLeaderEpoch ||
-		l.LogEndOffset() != fp.FetchOffset || lastBatchEpoch(l) != fp.LastFetchedEpoch {
-		return 0, nil // stale response
-	}
-	switch {
-	case pr.Error == CodeOffsetOutOfRange:
-		return 0, n.resetOutOfRange(p, fp, pr)
-	case pr.Error != CodeNone:
-		p.backoffUntil = now.Add(n.cfg.FetchBackoff)
-		return 0, nil
-	case pr.Diverging != nil:
-		n.stats.truncations.Add(1)
-		return 0, l.TruncateTo(truncationTarget(l, *pr.Diverging))
-	}
-	records := skipBelow(pr.Records, l.LogEndOffset())
-	var appended int64
-	if len(records) > 0 {
-		for rest := records; len(rest) > 0; {
-			var chunk []byte
-			chunk, rest = nextAppendChunk(rest, followerAppendChunkBytes)
-			if _, err := l.AppendAsFollower(chunk); err != nil {
-				// The chunks before stay appended: whole batches of the
-				// leader's log, which the next fetch continues after.
-				p.backoffUntil = now.Add(n.cfg.FetchBackoff)
-				return appended, err
-			}
-			appended += int64(len(chunk))
-		}
-		if !n.cfg.RelaxedDurability {
-			if err := l.Sync(); err != nil {
-				return appended, err
-			}
-		}
-	}
-	if pr.HighWatermark >= 0 {
-		l.SetHighWatermark(min(pr.HighWatermark, l.LogEndOffset()))
-	}
-	return appended, nil
+	return a.total, a.firstErr
 }
 
 // resetOutOfRange handles a fetch offset outside the leader's log.
