@@ -72,7 +72,7 @@ func lastBatchEpoch(l *log.Log) int32 {
 // few hundred KiB of whole batches at a time; when an append fails, the
 // batches before it stay. It returns the bytes appended.
 func (n *Node) HandleFetchResponse(leader int32, req *FetchRequest, resp *FetchResponse, now time.Time) (int64, error) {
-	a := n.newResponseApplier(leader, req, now)
+	a := n.newResponseApplier(leader, req, func() time.Time { return now })
 	for i := range resp.Partitions {
 		pr := &resp.Partitions[i]
 		a.beginPartition(i, pr)
@@ -93,7 +93,7 @@ type responseApplier struct {
 	n      *Node
 	leader int32
 	req    *FetchRequest
-	now    time.Time
+	now    func() time.Time // for backoffs
 
 	// The current partition, while its records are to be appended.
 	p        *partition
@@ -107,7 +107,7 @@ type responseApplier struct {
 	firstErr error
 }
 
-func (n *Node) newResponseApplier(leader int32, req *FetchRequest, now time.Time) *responseApplier {
+func (n *Node) newResponseApplier(leader int32, req *FetchRequest, now func() time.Time) *responseApplier {
 	return &responseApplier{n: n, leader: leader, req: req, now: now}
 }
 
@@ -140,7 +140,7 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 		a.fail(n.resetOutOfRange(p, fp, pr))
 		return
 	case pr.Error != CodeNone:
-		p.backoffUntil = a.now.Add(n.cfg.FetchBackoff)
+		p.backoffUntil = a.now().Add(n.cfg.FetchBackoff)
 		return
 	case pr.Diverging != nil:
 		n.stats.truncations.Add(1)
@@ -183,7 +183,7 @@ func (a *responseApplier) records(records []byte) {
 		if _, err := l.AppendAsFollower(chunk); err != nil {
 			// The chunks before stay appended: whole batches of the
 			// leader's log, which the next fetch continues after.
-			p.backoffUntil = a.now.Add(a.n.cfg.FetchBackoff)
+			p.backoffUntil = a.now().Add(a.n.cfg.FetchBackoff)
 			a.fail(err)
 			a.active = false
 			break

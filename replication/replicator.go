@@ -180,22 +180,16 @@ func hasNews(resp *FetchResponse) bool {
 	return false
 }
 
-// bufferedFetcher is a Transport that reads a response into a buffer
-// its caller passes back once done with the response (TCPTransport).
-type bufferedFetcher interface {
-	fetchInto(ctx context.Context, leader int32, req *FetchRequest, buf []byte) (*FetchResponse, []byte, error)
-}
-
 // fetchLoop is the fetcher of one leader: it fetches the partitions this
 // node follows there, in fair order, until none is left or Close.
 func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 	defer r.wg.Done()
 	backoff := time.NewTimer(0)
 	defer backoff.Stop()
-	// With a bufferedFetcher, every response is read into buf, reused
-	// since HandleFetchResponse keeps nothing of a response; one that
-	// outgrew what a fetch asks for is not kept.
-	bf, _ := r.transport.(bufferedFetcher)
+	// With a streamingFetcher, responses are applied as they arrive,
+	// read into buf, reused since the applier keeps nothing of a
+	// response; one that outgrew what a fetch asks for is not kept.
+	sf, _ := r.transport.(streamingFetcher)
 	var buf []byte
 	keepBytes := int(r.cfg.FetchMaxBytes) + 1<<20
 	for {
@@ -209,18 +203,22 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 			}
 			continue
 		}
-		var resp *FetchResponse
 		var err error
-		if bf != nil {
-			resp, buf, err = bf.fetchInto(r.ctx, leader, req, buf)
+		if sf != nil {
+			a := r.node.newResponseApplier(leader, req, r.cfg.Now)
+			buf, err = sf.fetchStream(r.ctx, leader, req, buf, a)
+			if _, aerr := a.finish(); err == nil {
+				err = aerr
+			}
 		} else {
+			var resp *FetchResponse
 			resp, err = r.transport.Fetch(r.ctx, leader, req)
+			if err == nil && r.ctx.Err() == nil {
+				_, err = r.node.HandleFetchResponse(leader, req, resp, r.cfg.Now())
+			}
 		}
 		if r.ctx.Err() != nil {
 			return
-		}
-		if err == nil {
-			_, err = r.node.HandleFetchResponse(leader, req, resp, r.cfg.Now())
 		}
 		if cap(buf) > keepBytes {
 			buf = nil

@@ -151,6 +151,20 @@ func (t *TCPTransport) Fetch(ctx context.Context, leader int32, req *FetchReques
 // does not allocate, fault in and collect a FetchMaxBytes buffer per
 // fetch). On error it returns buf.
 func (t *TCPTransport) fetchInto(ctx context.Context, leader int32, req *FetchRequest, buf []byte) (*FetchResponse, []byte, error) {
+	return t.fetch(ctx, leader, req, buf, nil)
+}
+
+// fetchStream is fetchInto handing the response to sink (streamingFetcher)
+// instead of returning it: as its bytes arrive when the response fits buf
+// or the size req asks for, else once it was read whole. An error may
+// come after part of the response went to sink.
+func (t *TCPTransport) fetchStream(ctx context.Context, leader int32, req *FetchRequest, buf []byte, sink fetchSink) ([]byte, error) {
+	_, buf, err := t.fetch(ctx, leader, req, buf, sink)
+	return buf, err
+}
+
+// fetch is fetchInto, or fetchStream when sink is set.
+func (t *TCPTransport) fetch(ctx context.Context, leader int32, req *FetchRequest, buf []byte, sink fetchSink) (*FetchResponse, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, buf, err
 	}
@@ -163,10 +177,12 @@ func (t *TCPTransport) fetchInto(ctx context.Context, leader int32, req *FetchRe
 		if err != nil {
 			return nil, buf, err
 		}
-		resp, body, keep, stale, err := t.roundTrip(ctx, c, req, buf)
+		resp, body, keep, stale, err := t.roundTrip(ctx, c, req, buf, sink)
 		t.release(c, keep)
 		if err != nil && reused && stale && attempt == 0 && ctx.Err() == nil {
-			continue // the peer closed the idle connection: try a new one
+			// The peer closed the idle connection (before answering, so
+			// sink got nothing): try a new one.
+			continue
 		}
 		if err != nil {
 			return nil, buf, t.fetchErr(ctx, leader, addr, err)
@@ -257,7 +273,7 @@ var longAgo = time.Unix(1, 0)
 // it fits (body is the buffer used). keep says the stream is still in sync
 // (a whole response frame was read); stale says the peer had closed the
 // connection before answering.
-func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequest, buf []byte) (resp *FetchResponse, body []byte, keep, stale bool, err error) {
+func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequest, buf []byte, sink fetchSink) (resp *FetchResponse, body []byte, keep, stale bool, err error) {
 	corr := t.corr.Add(1)
 	c.wbuf, err = appendFetchRequestFrame(c.wbuf[:0], corr, req)
 	if err != nil {
@@ -275,7 +291,7 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 		return nil, nil, false, false, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(longAgo) })
-	resp, body, keep, stale, err = t.exchange(c, corr, req, buf)
+	resp, body, keep, stale, err = t.exchange(c, corr, req, buf, sink)
 	if !stop() {
 		// The context ended: its deadline change may land at any time,
 		// so the connection cannot be reused.
@@ -288,7 +304,7 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 	return resp, body, keep, stale, err
 }
 
-func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf []byte) (*FetchResponse, []byte, bool, bool, error) {
+func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf []byte, sink fetchSink) (*FetchResponse, []byte, bool, bool, error) {
 	if _, err := c.nc.Write(c.wbuf); err != nil {
 		return nil, nil, false, peerGone(err), err
 	}
@@ -311,6 +327,22 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 	for i := range req.Partitions {
 		expect += minResponsePartitionBytes + len(req.Partitions[i].Topic)
 	}
+	if sink != nil && h.typ == msgFetchResponse && h.bodyLen <= max(cap(buf), expect) {
+		body := buf[:0]
+		if h.bodyLen > cap(body) {
+			body = make([]byte, h.bodyLen)
+		}
+		s := startBodyStream(c.br, body[:h.bodyLen])
+		err := streamFetchResponse(s, sink)
+		if err != nil {
+			_ = c.nc.SetDeadline(longAgo) // stop the receiver
+		}
+		<-s.done
+		if err != nil {
+			return nil, body, false, false, err
+		}
+		return nil, body, true, false, nil
+	}
 	body, err := readBody(c.br, h.bodyLen, buf[:0], expect)
 	if err != nil {
 		return nil, nil, false, false, err
@@ -318,6 +350,9 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 	switch h.typ {
 	case msgFetchResponse:
 		resp, err := decodeFetchResponse(body)
+		if err == nil && sink != nil {
+			sinkResponse(resp, sink)
+		}
 		return resp, body, true, false, err
 	case msgError:
 		return nil, body, true, false, decodeError(body)

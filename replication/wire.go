@@ -416,24 +416,8 @@ func decodeFetchResponse(body []byte) (*FetchResponse, error) {
 		resp.Partitions = make([]FetchPartitionResponse, 0, min(n, maxPrealloc))
 	}
 	for i := 0; i < n && r.err == nil; i++ {
-		var p FetchPartitionResponse
-		p.Topic = r.str("topic")
-		p.Partition = r.i32("partition")
-		p.Error = ErrorCode(r.u16("error code"))
-		p.HighWatermark = r.i64("high watermark")
-		p.LogStartOffset = r.i64("log start offset")
-		p.LogEndOffset = r.i64("log end offset")
-		flag := r.u8("diverging flag")
-		div := EpochEndOffset{Epoch: r.i32("diverging epoch"), EndOffset: r.i64("diverging end offset")}
-		switch {
-		case r.err != nil:
-		case flag == 1:
-			p.Diverging = &div
-		case flag != 0:
-			r.err = fmt.Errorf("%w: diverging flag %d", ErrMalformedFrame, flag)
-		}
-		recLen := r.u32("records length")
-		if rec := r.take(int(recLen), "records"); len(rec) > 0 {
+		p, recLen := decodePartitionHeader(r)
+		if rec := r.take(recLen, "records"); len(rec) > 0 {
 			p.Records = rec
 		}
 		resp.Partitions = append(resp.Partitions, p)
@@ -442,6 +426,28 @@ func decodeFetchResponse(body []byte) (*FetchResponse, error) {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// decodePartitionHeader decodes one partition of a fetch response up to
+// its records, and returns their length.
+func decodePartitionHeader(r *wireReader) (FetchPartitionResponse, int) {
+	var p FetchPartitionResponse
+	p.Topic = r.str("topic")
+	p.Partition = r.i32("partition")
+	p.Error = ErrorCode(r.u16("error code"))
+	p.HighWatermark = r.i64("high watermark")
+	p.LogStartOffset = r.i64("log start offset")
+	p.LogEndOffset = r.i64("log end offset")
+	flag := r.u8("diverging flag")
+	div := EpochEndOffset{Epoch: r.i32("diverging epoch"), EndOffset: r.i64("diverging end offset")}
+	switch {
+	case r.err != nil:
+	case flag == 1:
+		p.Diverging = &div
+	case flag != 0:
+		r.err = fmt.Errorf("%w: diverging flag %d", ErrMalformedFrame, flag)
+	}
+	return p, int(r.u32("records length"))
 }
 
 // decodeError decodes an error frame body into the error it reports.

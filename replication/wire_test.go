@@ -364,6 +364,18 @@ func FuzzFrameDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const maxFrame = 1 << 20
+		// The streaming decoder of a follower agrees with the in-memory
+		// one (what it handed on before an error aside).
+		if h, body, err := decodeFrame(data, maxFrame); err == nil && h.checkVersion() == nil && h.typ == msgFetchResponse {
+			want, derr := decodeFetchResponse(body)
+			sink, serr := streamDecode(t, body, 3)
+			if derr != nil {
+				require.ErrorIs(t, serr, ErrMalformedFrame)
+			} else {
+				require.NoError(t, serr)
+				require.Equal(t, want, &sink.resp)
+			}
+		}
 		h, v, err := decodeWhole(data, maxFrame)
 		if err != nil {
 			if !errors.Is(err, ErrMalformedFrame) && !errors.Is(err, ErrFrameTooLarge) && !errors.Is(err, ErrRemote) {
