@@ -158,6 +158,7 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 		return info, err
 	}
 	l.producers.commit()
+	l.askSpareIfHalfFull()
 	l.leo.Store(info.LastOffset + 1)
 	l.unsyncedMsgs += info.Records
 	syncNow := l.opts.SyncEveryAppend ||
@@ -306,6 +307,21 @@ func (l *Log) newRollSegment(base int64) (*segment, error) {
 		return newEmptySegment(l.seg, base, f, l.now()), nil
 	}
 	return createSegment(l.seg, base, l.now())
+}
+
+// askSpareIfHalfFull has the flusher prepare the next segment's file once
+// the active segment is half full, so that it is ready before the roll
+// even when the flusher is busy, and before a log's first roll too; a log
+// that never fills a segment never gets one. Inline roll flushes prepare
+// it themselves.
+func (l *Log) askSpareIfHalfFull() {
+	s := l.active()
+	if s.spareAsked || l.opts.syncRollInline || s.size.Load() < l.opts.SegmentBytes/2 {
+		return
+	}
+	s.spareAsked = true
+	l.bg.wantSpare.Store(true)
+	l.bg.wake()
 }
 
 // makeGapDurable moves the recovery point to base, the first offset of a

@@ -145,11 +145,21 @@ func (f *flusher) step() time.Time {
 	if f.stopped {
 		return l.now().Add(time.Hour)
 	}
-	release := l.opts.FlushGroup.acquire()
-	if err := f.flushRolled(); err != nil {
-		l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
+	// The spare file first, in its own turn of the FlushGroup: after many
+	// logs rolled together, every log's next file is then ready long
+	// before the flushes of all of them are done.
+	if f.spareWanted() {
+		release := l.opts.FlushGroup.acquire()
+		f.prepareSpare()
+		release()
 	}
-	release()
+	if f.hasPending() {
+		release := l.opts.FlushGroup.acquire()
+		if err := f.flushRolled(); err != nil {
+			l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
+		}
+		release()
+	}
 	now := l.now()
 	lateCheckpoint, late := f.writeLateCheckpoint(now)
 	f.deleteDue(now)
@@ -188,6 +198,12 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+func (f *flusher) hasPending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pending) > 0
 }
 
 // enqueueRolled queues a just-rolled segment for flushing.

@@ -71,6 +71,7 @@ type segment struct {
 	relOfMaxTS int32         // relative offset of the batch holding maxTS
 	rollBase   time.Time     // when the segment was created (or reopened)
 	jitter     time.Duration // subtracted from the roll age
+	spareAsked bool          // the next segment's spare file was requested
 }
 
 func (s *segment) path(suffix string) string {

@@ -36,6 +36,16 @@ func (f *flusher) prepareSpare() {
 	f.wantSpare.Store(false)
 }
 
+// spareWanted reports whether prepareSpare has a file to create.
+func (f *flusher) spareWanted() bool {
+	if !f.wantSpare.Load() {
+		return false
+	}
+	f.spareMu.Lock()
+	defer f.spareMu.Unlock()
+	return f.spare == nil
+}
+
 // takeSpare renames the spare file, if one is ready, to the segment file
 // name and returns it; else nil, and the caller creates the file. It
 // never waits for a spare being created.
