@@ -155,8 +155,9 @@ func (t *TCPTransport) fetchInto(ctx context.Context, leader int32, req *FetchRe
 }
 
 // fetchStream is fetchInto handing the response to sink (streamingFetcher)
-// instead of returning it: as its bytes arrive when the response fits buf
-// or the size req asks for, else once it was read whole. An error may
+// instead of returning it: as its bytes arrive when the response is
+// larger than a stream piece and fits buf or the size req asks for, else
+// once it was read whole. An error may
 // come after part of the response went to sink.
 func (t *TCPTransport) fetchStream(ctx context.Context, leader int32, req *FetchRequest, buf []byte, sink fetchSink) ([]byte, error) {
 	_, buf, err := t.fetch(ctx, leader, req, buf, sink)
@@ -327,7 +328,9 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 	for i := range req.Partitions {
 		expect += minResponsePartitionBytes + len(req.Partitions[i].Topic)
 	}
-	if sink != nil && h.typ == msgFetchResponse && h.bodyLen <= max(cap(buf), expect) {
+	// A response of one stream piece or less is read at once: a
+	// receiver goroutine would only add a hand-off to its latency.
+	if sink != nil && h.typ == msgFetchResponse && h.bodyLen > streamPieceBytes && h.bodyLen <= max(cap(buf), expect) {
 		body := buf[:0]
 		if h.bodyLen > cap(body) {
 			body = make([]byte, h.bodyLen)
