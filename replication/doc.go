@@ -64,19 +64,20 @@
 //
 // # Catching up
 //
-// Over TCP, a follower's fetcher applies a response while it is still
-// arriving: a receiver goroutine reads the frame body into the fetcher's
-// buffer (reused from fetch to fetch) in 256 KiB pieces, and the fetcher
-// appends each partition's whole batches as soon as they are in, a few
-// hundred KiB at a time, so that receiving the rest of the response
-// overlaps appending what came. The next fetch is sent only once the
-// whole response was applied (and, unless RelaxedDurability, fsynced):
-// a fetch offset is always a log end offset the follower reached, as the
-// leader's high watermark and ISR require, and the wire format is the
-// same. Every append checks again that the response still applies to the
-// log (role, epoch, log end), so a role change mid-response ends it. A
-// frame found malformed after some of its partitions were applied leaves
-// those applied: their batches were validated by the log as any others.
+// Over TCP, a follower's fetcher applies a response larger than 256 KiB
+// while it is still arriving (smaller ones are read at once): a receiver
+// goroutine reads the frame body into the fetcher's buffer (reused from
+// fetch to fetch) in 256 KiB pieces, and the fetcher appends each
+// partition's whole batches as soon as they are in, a few hundred KiB at
+// a time, so that receiving the rest of the response overlaps appending
+// what came. The next fetch is sent only once the whole response was
+// applied (and, unless RelaxedDurability, fsynced): a fetch offset is
+// always a log end offset the follower reached, as the leader's high
+// watermark and ISR require, and the wire format is the same. Every
+// append checks again that the response still applies to the log (role,
+// epoch, log end), so a role change mid-response ends it. A frame found
+// malformed after some of its partitions were applied leaves those
+// applied: their batches were validated by the log as any others.
 //
 // # Wire format (TCP transport)
 //

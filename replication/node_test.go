@@ -773,3 +773,48 @@ func TestNodeAppendsLargeResponsesInChunks(t *testing.T) {
 	}
 	requireSameLog(t, leader.log, f.log)
 }
+
+// A response applied in pieces stops at a role change or a log change
+// between pieces: later pieces and the high watermark are not applied.
+func TestNodeResponseApplierStopsWhenTheLogChangesMidResponse(t *testing.T) {
+	for _, change := range []string{"role", "truncate"} {
+		t.Run(change, func(t *testing.T) {
+			leader := newTestReplica(t, 0, Config{})
+			f := newTestReplica(t, 1, Config{})
+			appendEpochs(t, leader.log, epochRun{1, 6})
+			require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0, 1}, ntime))
+			require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
+			req := f.node.BuildFetch(0, ntime)
+			resp, err := leader.node.HandleFetch(req, ntime)
+			require.NoError(t, err)
+			require.NoError(t, resp.Materialize())
+			pr := &resp.Partitions[0]
+			pr.HighWatermark = 6
+			half := 0
+			for range 3 {
+				b, _, err := log.SplitBatch(pr.Records[half:])
+				require.NoError(t, err)
+				half += len(b)
+			}
+
+			a := f.node.newResponseApplier(0, req, func() time.Time { return ntime })
+			a.beginPartition(0, pr)
+			a.records(pr.Records[:half])
+			require.Equal(t, int64(3), f.log.LogEndOffset())
+			switch change {
+			case "role":
+				require.NoError(t, f.node.BecomeFollower(ntp, 3, 0))
+			case "truncate":
+				require.NoError(t, f.log.TruncateTo(1))
+			}
+			leo := f.log.LogEndOffset()
+			a.records(pr.Records[half:])
+			a.endPartition()
+			n, err := a.finish()
+			require.NoError(t, err)
+			require.Equal(t, int64(half), n, "only the first piece")
+			require.Equal(t, leo, f.log.LogEndOffset())
+			require.Less(t, f.log.HighWatermark(), int64(6))
+		})
+	}
+}

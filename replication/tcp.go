@@ -102,7 +102,12 @@ func (o TCPOptions) withDefaults() (TCPOptions, error) {
 // ErrRemote). The Records of a returned response alias one buffer
 // allocated for that response, which belongs to the caller.
 //
-// A TCPTransport is safe for concurrent use. It starts no goroutines;
+// A Replicator's fetcher does not call Fetch: it has a response larger
+// than 256 KiB applied while it arrives, read by a goroutine that ends
+// before the fetch returns, into a buffer it keeps for the next fetch
+// (see "Catching up" in the package documentation).
+//
+// A TCPTransport is safe for concurrent use. Fetch starts no goroutines;
 // Close closes every connection, failing Fetch calls in flight.
 type TCPTransport struct {
 	opts TCPOptions
@@ -157,8 +162,8 @@ func (t *TCPTransport) fetchInto(ctx context.Context, leader int32, req *FetchRe
 // fetchStream is fetchInto handing the response to sink (streamingFetcher)
 // instead of returning it: as its bytes arrive when the response is
 // larger than a stream piece and fits buf or the size req asks for, else
-// once it was read whole. An error may
-// come after part of the response went to sink.
+// once it was read whole. An error may come after part of the response
+// went to sink.
 func (t *TCPTransport) fetchStream(ctx context.Context, leader int32, req *FetchRequest, buf []byte, sink fetchSink) ([]byte, error) {
 	_, buf, err := t.fetch(ctx, leader, req, buf, sink)
 	return buf, err
