@@ -321,7 +321,7 @@ func (l *Log) askSpareIfHalfFull() {
 	}
 	s.spareAsked = true
 	l.bg.wantSpare.Store(true)
-	l.bg.wake()
+	l.bg.prepareSpareSoon()
 }
 
 // makeGapDurable moves the recovery point to base, the first offset of a

@@ -36,9 +36,11 @@ type flusher struct {
 	// spare is the file the next roll renames instead of creating one
 	// (spare.go); spareMu guards it and serializes its creation with its
 	// use. wantSpare is set once the log has rolled.
-	spareMu   sync.Mutex
-	spare     vfs.File
-	wantSpare atomic.Bool
+	spareMu      sync.Mutex
+	spare        vfs.File
+	wantSpare    atomic.Bool
+	spareRunning atomic.Bool    // a prepareSpareSoon goroutine runs
+	spareWG      sync.WaitGroup // that goroutine, for stop
 
 	// flushMu serializes roll flushes with each other and with segment
 	// deletion, so a flush never touches the files of a deleted segment.
@@ -107,6 +109,7 @@ func (f *flusher) wake() {
 
 // stop ends the background work and waits for a step in progress.
 func (f *flusher) stop() {
+	defer f.spareWG.Wait()
 	if f.sched != nil {
 		f.sched.unregister(f)
 		f.stepMu.Lock()
@@ -145,16 +148,11 @@ func (f *flusher) step() time.Time {
 	if f.stopped {
 		return l.now().Add(time.Hour)
 	}
-	// The spare file first, in its own turn of the FlushGroup: after many
-	// logs rolled together, every log's next file is then ready long
-	// before the flushes of all of them are done.
-	if f.spareWanted() {
-		release := l.opts.FlushGroup.acquire()
-		f.prepareSpare()
-		release()
+	if f.sched != nil && !l.opts.syncRollInline {
+		f.prepareSpare() // see prepareSpareSoon
 	}
 	if f.hasPending() {
-		release := l.opts.FlushGroup.acquire()
+		release := l.opts.FlushGroup.acquire(false)
 		if err := f.flushRolled(); err != nil {
 			l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
 		}

@@ -1,24 +1,58 @@
 package log
 
+import "sync"
+
 // FlushGroup bounds how many Logs sharing it (Options.FlushGroup) run
-// their background roll work at the same time. The application creates
-// one per set of logs, typically one for the process; the zero value is
-// not usable.
+// their background roll work at the same time. Preparing the next
+// segment's file goes before flushes waiting for a turn, so that after
+// many logs rolled together every log's next file is ready long before
+// the flushes of all of them are done. The application creates one per
+// set of logs, typically one for the process; the zero value is not
+// usable.
 type FlushGroup struct {
-	slots chan struct{}
+	mu            sync.Mutex
+	free          int // turns not taken
+	waitingUrgent int
+	urgent, other sync.Cond
 }
 
-// NewFlushGroup returns a group letting n logs (at least 1) flush at once.
+// NewFlushGroup returns a group letting n logs (at least 1) work at once.
 func NewFlushGroup(n int) *FlushGroup {
-	return &FlushGroup{slots: make(chan struct{}, max(n, 1))}
+	g := &FlushGroup{free: max(n, 1)}
+	g.urgent.L, g.other.L = &g.mu, &g.mu
+	return g
 }
 
-// acquire waits for a slot and returns its release; a nil group has
-// unlimited slots.
-func (g *FlushGroup) acquire() func() {
+// acquire waits for a turn, before every waiting non-urgent caller if
+// urgent is set, and returns its release. A nil group has unlimited turns.
+func (g *FlushGroup) acquire(urgent bool) func() {
 	if g == nil {
 		return func() {}
 	}
-	g.slots <- struct{}{}
-	return func() { <-g.slots }
+	g.mu.Lock()
+	if urgent {
+		g.waitingUrgent++
+		for g.free == 0 {
+			g.urgent.Wait()
+		}
+		g.waitingUrgent--
+	} else {
+		for g.free == 0 || g.waitingUrgent > 0 {
+			g.other.Wait()
+		}
+	}
+	g.free--
+	g.mu.Unlock()
+	return g.release
+}
+
+func (g *FlushGroup) release() {
+	g.mu.Lock()
+	g.free++
+	if g.waitingUrgent > 0 {
+		g.urgent.Signal()
+	} else {
+		g.other.Signal()
+	}
+	g.mu.Unlock()
 }

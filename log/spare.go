@@ -36,14 +36,29 @@ func (f *flusher) prepareSpare() {
 	f.wantSpare.Store(false)
 }
 
-// spareWanted reports whether prepareSpare has a file to create.
-func (f *flusher) spareWanted() bool {
-	if !f.wantSpare.Load() {
-		return false
+// prepareSpareSoon has a goroutine prepare the spare in an urgent turn
+// of the FlushGroup, unless one is at it already. Not the flusher itself:
+// its step may be waiting for a turn to flush, behind many other logs'
+// flushes, and the spare must not wait for that. stop waits for it. A
+// Manager's log has its scheduler's next step prepare it instead.
+func (f *flusher) prepareSpareSoon() {
+	if f.sched != nil {
+		// A Manager's logs start no goroutines: a worker of its
+		// scheduler runs the step, which prepares it.
+		f.wake()
+		return
 	}
-	f.spareMu.Lock()
-	defer f.spareMu.Unlock()
-	return f.spare == nil
+	if !f.spareRunning.CompareAndSwap(false, true) {
+		return
+	}
+	f.spareWG.Add(1)
+	go func() {
+		defer f.spareWG.Done()
+		defer f.spareRunning.Store(false)
+		release := f.l.opts.FlushGroup.acquire(true)
+		defer release()
+		f.prepareSpare()
+	}()
 }
 
 // takeSpare renames the spare file, if one is ready, to the segment file
