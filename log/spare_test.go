@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replog/replog/internal/vfs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,7 +27,7 @@ func TestRollRenamesSpareFile(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return exists(spare) }, 10*time.Second, time.Millisecond,
 		"the spare is made once the segment is half full")
-	f := l.bg.spare
+	f := readySpare(l)
 	before := len(l.segments())
 	for len(l.segments()) == before {
 		appendN(t, l, 1, 0)
@@ -38,7 +39,7 @@ func TestRollRenamesSpareFile(t *testing.T) {
 	require.NoError(t, err)
 	if slices.Contains(names, spareName) {
 		// Only a new spare may be there, not the renamed one.
-		require.NotSame(t, f, l.bg.spare)
+		require.NotSame(t, f, readySpare(l))
 	}
 
 	// Fill the new segment to half, so that a spare is ready at Close.
@@ -56,6 +57,13 @@ func TestRollRenamesSpareFile(t *testing.T) {
 	_, err = img.Stat(spare)
 	require.Error(t, err, "Open removes a spare left by a crash")
 	require.NoError(t, l2.Close())
+}
+
+// readySpare returns l's spare file, or nil.
+func readySpare(l *Log) vfs.File {
+	l.bg.spareMu.Lock()
+	defer l.bg.spareMu.Unlock()
+	return l.bg.spare
 }
 
 // TestFlushGroupServesUrgentFirst: when a turn frees up, a waiting urgent
