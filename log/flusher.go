@@ -2,11 +2,11 @@ package log
 
 import (
 	"os"
-
-	"github.com/replog/replog/internal/vfs"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/replog/replog/internal/vfs"
 )
 
 // flusher is the Log's background worker: it makes rolled segments
@@ -35,7 +35,8 @@ type flusher struct {
 
 	// spare is the file the next roll renames instead of creating one
 	// (spare.go); spareMu guards it and serializes its creation with its
-	// use. wantSpare is set once the log has rolled.
+	// use. wantSpare is set when the active segment is half full or a
+	// roll found no spare.
 	spareMu      sync.Mutex
 	spare        vfs.File
 	wantSpare    atomic.Bool

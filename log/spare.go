@@ -14,9 +14,10 @@ import (
 // removed by the next Open.
 const spareName = "next-segment.log" + tmpSuffix
 
-// prepareSpare creates the spare segment file if the log has rolled
-// before and none is ready. Logs that never roll never get one. Run by
-// the flusher; failures only mean the next roll creates its file itself.
+// prepareSpare creates the spare segment file if one was asked for (the
+// active segment is half full, or a roll found none) and none is ready.
+// Logs that never fill a segment never get one. Failures only mean that
+// the next roll creates its file itself.
 func (f *flusher) prepareSpare() {
 	if !f.wantSpare.Load() {
 		return
