@@ -147,20 +147,7 @@ func BenchmarkMoveToEnd(b *testing.B) {
 		keys, moves := benchKeys(n)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			runPair(b, pair{
-				naive: func() func(int) {
-					m := newNaiveMap(keys)
-					i := 0
-					return func(count int) {
-						for range count {
-							if !m.moveToEnd(moves[i]) {
-								b.Fatal("key missing")
-							}
-							if i++; i == len(moves) {
-								i = 0
-							}
-						}
-					}
-				},
+				naive: naiveMoves(b, keys, moves),
 				partitionstate: func() func(int) {
 					m := newPartitionState(keys)
 					i := 0
@@ -180,6 +167,47 @@ func BenchmarkMoveToEnd(b *testing.B) {
 	}
 }
 
+// naiveMoves makes runners that move the keys of moves in turn to the end
+// of a naive map of keys (the baseline of BenchmarkMoveToEnd).
+func naiveMoves(b *testing.B, keys, moves []TopicPartition) func() func(int) {
+	return func() func(int) {
+		m := newNaiveMap(keys)
+		i := 0
+		return func(count int) {
+			for range count {
+				if !m.moveToEnd(moves[i]) {
+					b.Fatal("key missing")
+				}
+				if i++; i == len(moves) {
+					i = 0
+				}
+			}
+		}
+	}
+}
+
+// naiveUpdates makes runners that give the keys of moves in turn a new
+// value and move them to the end of a naive map of keys (the baseline of
+// BenchmarkUpdateAndMoveToEnd).
+func naiveUpdates(b *testing.B, keys, moves []TopicPartition) func() func(int) {
+	return func() func(int) {
+		m := newNaiveMap(keys)
+		i, offset := 0, int64(0)
+		return func(count int) {
+			for range count {
+				offset++
+				m.updateAndMoveToEnd(moves[i], fetchState{FetchOffset: offset, LeaderEpoch: 1})
+				if i++; i == len(moves) {
+					i = 0
+				}
+			}
+			if m.order.Len() != len(keys) {
+				b.Fatalf("naive map has %d entries, want %d", m.order.Len(), len(keys))
+			}
+		}
+	}
+}
+
 // BenchmarkUpdateAndMoveToEnd gives existing entries a new value and moves
 // them to the end, as a fetcher does for a partition that returned data.
 func BenchmarkUpdateAndMoveToEnd(b *testing.B) {
@@ -187,22 +215,7 @@ func BenchmarkUpdateAndMoveToEnd(b *testing.B) {
 		keys, moves := benchKeys(n)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			runPair(b, pair{
-				naive: func() func(int) {
-					m := newNaiveMap(keys)
-					i, offset := 0, int64(0)
-					return func(count int) {
-						for range count {
-							offset++
-							m.updateAndMoveToEnd(moves[i], fetchState{FetchOffset: offset, LeaderEpoch: 1})
-							if i++; i == len(moves) {
-								i = 0
-							}
-						}
-						if m.order.Len() != n {
-							b.Fatalf("naive map has %d entries, want %d", m.order.Len(), n)
-						}
-					}
-				},
+				naive: naiveUpdates(b, keys, moves),
 				partitionstate: func() func(int) {
 					m := newPartitionState(keys)
 					i, offset := 0, int64(0)

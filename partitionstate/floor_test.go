@@ -19,33 +19,8 @@ func BenchmarkLookupFloor(b *testing.B) {
 	const n = 100000
 	keys, moves := benchKeys(n)
 	naive := map[string]func() func(int){
-		"MoveToEnd": func() func(int) {
-			m := newNaiveMap(keys)
-			i := 0
-			return func(count int) {
-				for range count {
-					if !m.moveToEnd(moves[i]) {
-						b.Fatal("key missing")
-					}
-					if i++; i == len(moves) {
-						i = 0
-					}
-				}
-			}
-		},
-		"UpdateAndMoveToEnd": func() func(int) {
-			m := newNaiveMap(keys)
-			i, offset := 0, int64(0)
-			return func(count int) {
-				for range count {
-					offset++
-					m.updateAndMoveToEnd(moves[i], fetchState{FetchOffset: offset, LeaderEpoch: 1})
-					if i++; i == len(moves) {
-						i = 0
-					}
-				}
-			}
-		},
+		"MoveToEnd":          naiveMoves(b, keys, moves),
+		"UpdateAndMoveToEnd": naiveUpdates(b, keys, moves),
 	}
 	lookup := func() func(int) {
 		m := newPartitionState(keys)
