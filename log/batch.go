@@ -206,16 +206,8 @@ func (b Batch) Validate() error {
 	if b.CodecID() != 0 {
 		return nil
 	}
-	var it RecordIterator
-	it.reset(b, b.RecordsBody())
-	n := int32(0)
-	for it.Next() {
-		if it.Record().OffsetDelta != n {
-			return fmt.Errorf("%w: record %d has offset delta %d", ErrCorrupt, n, it.Record().OffsetDelta)
-		}
-		n++
-	}
-	if err := it.Err(); err != nil {
+	n := b.RecordCount()
+	if err := checkRecords(b.RecordsBody(), n); err != nil {
 		return err
 	}
 	if n > 0 && b.LastOffsetDelta() != n-1 {

@@ -133,6 +133,9 @@ func FuzzBatchDecode(f *testing.F) {
 	}
 	local := compression.NewLocal(compression.Options{MaxDecompressedSize: 1 << 20})
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 0 {
+			checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), data[1:], int32(data[0]%20))
+		}
 		rest := data
 		for len(rest) > 0 {
 			b, r, err := SplitBatch(rest)
@@ -149,6 +152,9 @@ func FuzzBatchDecode(f *testing.F) {
 				t.Fatalf("SplitBatch framed %d + %d bytes of %d, size field %d", len(b), len(r), len(rest), b.Size())
 			}
 			rest = r
+			if len(b) >= BatchHeaderSize {
+				checkRecordsAgreesWithIterator(t, b, b.RecordsBody(), b.RecordCount())
+			}
 			recs, err := decodeAll(t, b, local)
 			if err != nil {
 				continue
@@ -156,6 +162,30 @@ func FuzzBatchDecode(f *testing.F) {
 			checkValidBatch(t, b, recs)
 		}
 	})
+}
+
+// checkRecordsAgreesWithIterator checks that the append path's record
+// check accepts body exactly when a RecordIterator walks count records
+// of it with offset deltas 0..count-1 and nothing left over.
+func checkRecordsAgreesWithIterator(t *testing.T, b Batch, body []byte, count int32) {
+	t.Helper()
+	var it RecordIterator
+	it.batch, it.body, it.remaining = b, body, count
+	walked := int32(0)
+	for it.Next() {
+		if it.Record().OffsetDelta != walked {
+			break
+		}
+		walked++
+	}
+	iterOK := it.Err() == nil && walked == max(count, 0)
+	err := checkRecords(body, count)
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("checkRecords: %v does not wrap ErrCorrupt", err)
+	}
+	if (err == nil) != iterOK {
+		t.Fatalf("checkRecords says %v, the iterator walked %d of %d records (err %v)", err, walked, count, it.Err())
+	}
 }
 
 func checkValidBatch(t *testing.T, b Batch, recs []decodedRecord) {

@@ -88,19 +88,41 @@ func (it *RecordIterator) Record() *Record { return &it.rec }
 // Err returns the first decoding error, wrapping ErrCorrupt.
 func (it *RecordIterator) Err() error { return it.err }
 
-// decoder reads fields from a bounded byte slice.
+// decoder reads fields from a bounded byte slice. After the first error
+// its slice is empty, so the inlined fast paths, which only look at the
+// bytes, fall through to the slow ones, which keep the first error.
 type decoder struct {
 	b   []byte
 	err error
 }
 
+// fail records err and empties the slice.
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+	d.b = nil
+}
+
+// varint reads a zigzag varint of at most maxLen bytes; one-byte
+// encodings are decoded inline.
 func (d *decoder) varint(maxLen int) int64 {
+	b := d.b
+	if len(b) == 0 || b[0] >= 0x80 {
+		return d.varintLong(maxLen)
+	}
+	d.b = b[1:]
+	u := int64(b[0])
+	return u>>1 ^ -(u & 1)
+}
+
+func (d *decoder) varintLong(maxLen int) int64 {
 	if d.err != nil {
 		return 0
 	}
 	v, n, err := readVarint(d.b, maxLen)
 	if err != nil {
-		d.err = err
+		d.fail(err)
 		return 0
 	}
 	d.b = d.b[n:]
@@ -108,35 +130,35 @@ func (d *decoder) varint(maxLen int) int64 {
 }
 
 func (d *decoder) byte1() int8 {
-	if d.err != nil {
-		return 0
+	if b := d.b; len(b) > 0 {
+		d.b = b[1:]
+		return int8(b[0])
 	}
-	if len(d.b) < 1 {
-		d.err = fmt.Errorf("%w: record truncated", ErrCorrupt)
-		return 0
-	}
-	v := int8(d.b[0])
-	d.b = d.b[1:]
-	return v
+	d.fail(errRecordTruncated)
+	return 0
 }
+
+var errRecordTruncated = fmt.Errorf("%w: record truncated", ErrCorrupt)
 
 // bytes reads a varint length and that many bytes; -1 means nil when
 // nullable.
 func (d *decoder) bytes(nullable bool) []byte {
 	n := d.varint(5)
-	if d.err != nil {
-		return nil
+	if b := d.b; n >= 0 && n <= int64(len(b)) {
+		d.b = b[n:]
+		return b[:n:n]
 	}
-	if n == -1 && nullable {
-		return nil
+	if !(n == -1 && nullable) {
+		d.badLength(n)
 	}
-	if n < 0 || n > int64(len(d.b)) {
-		d.err = fmt.Errorf("%w: field length %d with %d bytes left", ErrCorrupt, n, len(d.b))
-		return nil
+	return nil
+}
+
+// badLength records a field length that does not fit the record.
+func (d *decoder) badLength(n int64) {
+	if d.err == nil {
+		d.fail(fmt.Errorf("%w: field length %d with %d bytes left", ErrCorrupt, n, len(d.b)))
 	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
 }
 
 func (it *RecordIterator) decode() error {
@@ -183,4 +205,148 @@ func (it *RecordIterator) decode() error {
 		r.Timestamp = b.BaseTimestamp() + tsDelta
 	}
 	return nil
+}
+
+// checkRecords validates an uncompressed records body the way a
+// RecordIterator walk does, without decoding into a Record: each record's
+// framing, varint bounds, key, value and header lengths, offset deltas
+// 0..count-1, and no bytes after the last record. It accepts exactly the
+// bodies that walk accepts (FuzzBatchDecode checks that), at a fraction
+// of the cost, which matters on the append path.
+func checkRecords(body []byte, count int32) error {
+	for i := int32(0); i < count; i++ {
+		length, n := varintShort(body, 0)
+		if n < 0 || length < minRecordSize-1 || length > int64(len(body)-n) {
+			var err error
+			if length, n, err = readVarint(body, 5); err != nil {
+				return err
+			}
+			if length < minRecordSize-1 || length > int64(len(body)-n) {
+				return fmt.Errorf("%w: record length %d with %d bytes left", ErrCorrupt, length, len(body)-n)
+			}
+		}
+		if r := body[n : n+int(length)]; !recordLooksValid(r, i) {
+			if err := checkRecord(r, i); err != nil {
+				return err
+			}
+		}
+		body = body[n+int(length):]
+	}
+	if len(body) != 0 {
+		return fmt.Errorf("%w: %d bytes after the last record", ErrCorrupt, len(body))
+	}
+	return nil
+}
+
+// recordLooksValid is checkRecord's fast path, for records whose
+// varints all take one or two bytes (most do): true means valid, false
+// means checkRecord must decide. varintShort is inlined.
+func recordLooksValid(r []byte, delta int32) bool {
+	_, p := varintShort(r, 1) // after the attributes: timestamp delta
+	od, p := varintShort(r, p)
+	if od != int64(delta) {
+		return false
+	}
+	p = skipShort(r, p, 2, -1) // key and value, nullable
+	hc, p := varintShort(r, p)
+	for ; hc > 0 && p >= 0; hc-- {
+		p = skipShort(r, p, 1, 0)  // header key
+		p = skipShort(r, p, 1, -1) // header value, nullable
+	}
+	return hc == 0 && p == len(r)
+}
+
+// varintShort decodes a zigzag varint of one or two bytes at r[p:] and
+// returns it with the position after it, or position -1 if there is
+// none (p negative, too few bytes, a longer encoding).
+func varintShort(r []byte, p int) (int64, int) {
+	if p < 0 || p >= len(r) {
+		return 0, -1
+	}
+	u := uint64(r[p])
+	if u >= 0x80 {
+		if p+1 >= len(r) || r[p+1] >= 0x80 {
+			return 0, -1
+		}
+		u = u&0x7f | uint64(r[p+1])<<7
+		p++
+	}
+	return int64(u>>1) ^ -int64(u&1), p + 1
+}
+
+// skipShort skips n length-prefixed fields at r[p:] whose lengths take
+// one or two bytes and are at least minLen (-1: nullable); it returns
+// the position after them, or -1 where checkRecord must decide.
+func skipShort(r []byte, p, n int, minLen int64) int {
+	for range n {
+		l, q := varintShort(r, p)
+		if q < 0 || l < minLen || l > int64(len(r)-q) {
+			return -1
+		}
+		p = q + int(max(l, 0))
+	}
+	return p
+}
+
+// checkRecord validates the fields of record number delta (r holds at
+// least minRecordSize-1 bytes, everything after the length varint).
+func checkRecord(r []byte, delta int32) error {
+	// Skip the attributes byte; read the timestamp delta.
+	p := 1
+	_, n, err := readVarint(r[p:], 10)
+	if err != nil {
+		return err
+	}
+	p += n
+	od, n, err := readVarint(r[p:], 5)
+	if err != nil {
+		return err
+	}
+	if od != int64(delta) {
+		return fmt.Errorf("%w: record %d has offset delta %d", ErrCorrupt, delta, od)
+	}
+	p += n
+	if p, err = skipField(r, p, true); err != nil { // key
+		return err
+	}
+	if p, err = skipField(r, p, true); err != nil { // value
+		return err
+	}
+	hc, n, err := readVarint(r[p:], 5)
+	if err != nil {
+		return err
+	}
+	p += n
+	if hc < 0 || hc > int64(len(r)-p)/2 {
+		return fmt.Errorf("%w: header count %d with %d bytes left", ErrCorrupt, hc, len(r)-p)
+	}
+	for range hc {
+		if p, err = skipField(r, p, false); err != nil {
+			return err
+		}
+		if p, err = skipField(r, p, true); err != nil {
+			return err
+		}
+	}
+	if p != len(r) {
+		return fmt.Errorf("%w: %d bytes left inside record", ErrCorrupt, len(r)-p)
+	}
+	return nil
+}
+
+// skipField skips the length-prefixed bytes at r[p:] and returns the
+// position after them; length -1 (null) is allowed when nullable.
+func skipField(r []byte, p int, nullable bool) (int, error) {
+	l, n, err := readVarint(r[p:], 5)
+	if err != nil {
+		return 0, err
+	}
+	p += n
+	if l == -1 && nullable {
+		return p, nil
+	}
+	if l < 0 || l > int64(len(r)-p) {
+		return 0, fmt.Errorf("%w: field length %d with %d bytes left", ErrCorrupt, l, len(r)-p)
+	}
+	return p + int(l), nil
 }

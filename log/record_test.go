@@ -1,7 +1,9 @@
 package log
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -114,4 +116,93 @@ func TestRecordIteratorDoesNotAllocate(t *testing.T) {
 		}
 	})
 	require.Zero(t, allocs, "steady-state iteration reuses the headers slice")
+}
+
+// TestCheckRecordsAgreesWithIterator mutates valid uncompressed bodies
+// (one to three bytes changed, truncated, extended, record count off by
+// one) and checks that the append path's record check accepts exactly
+// what the iterator accepts.
+func TestCheckRecordsAgreesWithIterator(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var bodies [][]byte
+	var counts []int32
+	for _, s := range seedBatches(t) {
+		b := Batch(s)
+		if len(b) < BatchHeaderSize || b.Size() != len(b) || b.CodecID() != 0 {
+			continue
+		}
+		bodies, counts = append(bodies, b.RecordsBody()), append(counts, b.RecordCount())
+	}
+	require.NotEmpty(t, bodies)
+	for i := range 20000 {
+		k := i % len(bodies)
+		body := append([]byte(nil), bodies[k]...)
+		count := counts[k]
+		switch rng.IntN(4) {
+		case 0:
+			for range 1 + rng.IntN(3) {
+				if len(body) > 0 {
+					body[rng.IntN(len(body))] = byte(rng.Uint32())
+				}
+			}
+		case 1:
+			body = body[:rng.IntN(len(body)+1)]
+		case 2:
+			body = append(body, byte(rng.Uint32()))
+		case 3:
+			count += int32(rng.IntN(3)) - 1
+		}
+		checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), body, count)
+	}
+}
+
+// TestCheckRecordsCases covers each rule of the append path's record
+// check with a hand-encoded record, against the iterator's verdict.
+func TestCheckRecordsCases(t *testing.T) {
+	v := func(x int64) []byte { return appendVarint(nil, x) }
+	cat := func(parts ...[]byte) []byte {
+		var out []byte
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	record := func(fields ...[]byte) []byte {
+		body := cat(fields...)
+		return append(v(int64(len(body))), body...)
+	}
+	attrs := []byte{0}
+	ok := record(attrs, v(0), v(0), v(-1), v(1), []byte("v"), v(0))
+	cases := []struct {
+		name  string
+		body  []byte
+		count int32
+		want  bool
+	}{
+		{"plain record", ok, 1, true},
+		{"two records", cat(ok, record(attrs, v(5), v(1), v(0), v(-1), v(0))), 2, true},
+		{"headers with a null value", record(attrs, v(0), v(0), v(1), []byte("k"), v(0), v(2), v(1), []byte("h"), v(-1), v(0), v(0)), 1, true},
+		{"a byte left inside the record", record(attrs, v(0), v(0), v(-1), v(1), []byte("v"), v(0), []byte{0}), 1, false},
+		{"a byte after the last record", append(ok, 0), 1, false},
+		{"offset delta 1 for record 0", record(attrs, v(0), v(1), v(-1), v(1), []byte("v"), v(0)), 1, false},
+		{"second record repeats delta 0", cat(ok, ok), 2, false},
+		{"null header key", record(attrs, v(0), v(0), v(-1), v(-1), v(1), v(-1), v(0)), 1, false},
+		{"header count beyond the bytes", record(attrs, v(0), v(0), v(-1), v(-1), v(3), v(0), v(0)), 1, false},
+		{"negative header count", record(attrs, v(0), v(0), v(-1), v(-1), v(-1), v(0), v(0)), 1, false},
+		{"key longer than the record", record(attrs, v(0), v(0), v(9), v(-1), v(0)), 1, false},
+		{"key length -2", record(attrs, v(0), v(0), v(-2), v(-1), v(0)), 1, false},
+		{"timestamp varint of 11 bytes", record(attrs, bytes.Repeat([]byte{0x80}, 10), []byte{0}, v(0), v(-1), v(-1), v(0)), 1, false},
+		{"offset delta over int32", record(attrs, v(0), v(1<<40), v(-1), v(-1), v(0)), 1, false},
+		{"record length below the minimum", record(attrs, v(0), v(0), v(-1)), 1, false},
+		{"record length past the body", ok[:len(ok)-1], 1, false},
+		{"fewer records than counted", ok, 2, false},
+		{"no records, no bytes", nil, 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := checkRecords(c.body, c.count)
+			assert.Equal(t, c.want, err == nil, "checkRecords: %v", err)
+			checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), c.body, c.count)
+		})
+	}
 }
