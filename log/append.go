@@ -120,7 +120,6 @@ func (l *Log) validateBatches(batches []byte) (AppendInfo, error) {
 // if needed and writes. stamp gets the log end offset and must leave the
 // batches' offsets final.
 func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stamp func(leo int64) error) (AppendInfo, error) {
-	start := time.Now()
 	l.mu.Lock()
 	if err := l.failure(); err != nil {
 		l.mu.Unlock()
@@ -168,7 +167,7 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 	}
 	l.mu.Unlock()
 	l.waiters.wake()
-	l.stats.appended(info, time.Since(start))
+	l.stats.appended(info)
 	if syncNow {
 		if err := l.Sync(); err != nil {
 			return info, err

@@ -51,7 +51,7 @@ type statCounters struct {
 	truncatedBytes                  int64
 }
 
-func (c *statCounters) appended(info AppendInfo, _ time.Duration) {
+func (c *statCounters) appended(info AppendInfo) {
 	c.appends.Add(1)
 	c.appendedBytes.Add(int64(info.Bytes))
 	c.records.Add(int64(info.Records))
