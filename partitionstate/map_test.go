@@ -585,3 +585,28 @@ func collect(seq iter.Seq2[string, int]) []kv {
 	}
 	return out
 }
+
+// TestMoveFirstEntry covers moves of the first entry, which skip the
+// index: alone, in turn (a fetcher's walk), and from inside a range loop.
+func TestMoveFirstEntry(t *testing.T) {
+	m := fill(t, "a", "b", "c", "d")
+	require.True(t, m.MoveToEnd("a"))
+	m.UpdateAndMoveToEnd("b", 20)
+	assert.Equal(t, []kv{{"c", 3}, {"d", 4}, {"a", 1}, {"b", 20}}, contents(t, m))
+
+	visited := []string{}
+	for k, v := range m.All() {
+		visited = append(visited, k)
+		m.UpdateAndMoveToEnd(k, v+100)
+	}
+	assert.Equal(t, []string{"c", "d", "a", "b"}, visited)
+	assert.Equal(t, []kv{{"c", 103}, {"d", 104}, {"a", 101}, {"b", 120}}, contents(t, m))
+
+	one := fill(t, "x")
+	require.True(t, one.MoveToEnd("x"))
+	one.UpdateAndMoveToEnd("x", 9)
+	assert.Equal(t, []kv{{"x", 9}}, contents(t, one))
+	require.True(t, one.Remove("x"))
+	require.False(t, one.MoveToEnd("x"))
+	assert.Empty(t, contents(t, one))
+}
