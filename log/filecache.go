@@ -126,6 +126,14 @@ func (cf *cachedFile) acquire() (vfs.File, error) {
 		c.mu.Unlock()
 		f, err := c.fs.OpenFile(name, cf.flag, 0)
 		c.mu.Lock()
+		if err == nil && cf.name != name {
+			// Renamed meanwhile (renameFile): another file may have
+			// taken the old name before the open, so open the new one.
+			c.mu.Unlock()
+			_ = f.Close()
+			c.mu.Lock()
+			continue
+		}
 		if err == nil {
 			c.opens.Add(1)
 			if cf.f == nil {

@@ -1112,6 +1112,46 @@ func TestFileCacheReopenAfterRename(t *testing.T) {
 	require.Zero(t, c.openFiles())
 }
 
+// TestFileCacheReopenSkipsNewcomer: as above, but another file is
+// created under the old name before the open (the spare segment file is
+// renamed to its segment's name, and a new spare made, while the
+// Manager's appender reopens it); the reopen must not take the newcomer.
+func TestFileCacheReopenSkipsNewcomer(t *testing.T) {
+	mem := vfs.NewMem()
+	hook := &openHookFS{FS: mem}
+	c := newFileCache(hook, 1)
+	cf, err := c.openFile("/a", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = cf.WriteAt([]byte("segment data"), 0)
+	require.NoError(t, err)
+	other, err := c.openFile("/b", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	require.Equal(t, 1, c.openFiles(), "the cap of one file evicts /a")
+
+	renamed := false
+	hook.beforeOpen = func(name string) {
+		if name == "/a" && !renamed {
+			renamed = true
+			require.NoError(t, cf.renameFile(mem, "/named"))
+			f, err := mem.OpenFile("/a", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+			require.NoError(t, err)
+			_, err = f.WriteAt([]byte("a newcomer!!"), 0)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}
+	}
+	buf := make([]byte, 12)
+	n, err := cf.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.True(t, renamed, "the rename did not happen during the reopen")
+	require.Equal(t, "segment data", string(buf[:n]))
+	require.Equal(t, "/named", cf.Name())
+	require.LessOrEqual(t, c.openFiles(), 1)
+	require.NoError(t, cf.Close())
+	require.NoError(t, other.Close())
+	require.Zero(t, c.openFiles())
+}
+
 // settledGoroutines returns the goroutines above base, waiting up to ten
 // seconds for goroutines that are exiting to be gone when the count is
 // above limit (under -race with other packages' tests running, exiting
