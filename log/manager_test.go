@@ -1113,9 +1113,9 @@ func TestFileCacheReopenAfterRename(t *testing.T) {
 }
 
 // TestFileCacheReopenSkipsNewcomer: as above, but another file is
-// created under the old name before the open (the spare segment file is
-// renamed to its segment's name, and a new spare made, while the
-// Manager's appender reopens it); the reopen must not take the newcomer.
+// created under the old name before the open (after a truncation, a new
+// segment at the same base offset, while a reader reopens the deleted
+// one); the reopen must not take the newcomer.
 func TestFileCacheReopenSkipsNewcomer(t *testing.T) {
 	mem := vfs.NewMem()
 	hook := &openHookFS{FS: mem}
