@@ -1080,76 +1080,51 @@ func (h *openHookFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File
 // TestFileCacheReopenAfterRename: a segment file closed by the cache is
 // renamed (a deleted segment becomes *.deleted) between the moment a
 // reader's reopen takes its name and the open itself; the reopen finds
-// the file under its new name instead of failing.
+// the file under its new name instead of failing. With a newcomer,
+// another file is also created under the old name before the open (after
+// a truncation, a new segment at the same base offset): the reopen must
+// not take it.
 func TestFileCacheReopenAfterRename(t *testing.T) {
-	mem := vfs.NewMem()
-	hook := &openHookFS{FS: mem}
-	c := newFileCache(hook, 1)
-	cf, err := c.openFile("/a", os.O_RDWR|os.O_CREATE, 0o644)
-	require.NoError(t, err)
-	_, err = cf.WriteAt([]byte("segment data"), 0)
-	require.NoError(t, err)
-	other, err := c.openFile("/b", os.O_RDWR|os.O_CREATE, 0o644)
-	require.NoError(t, err)
-	require.Equal(t, 1, c.openFiles(), "the cap of one file evicts /a")
-
-	renamed := false
-	hook.beforeOpen = func(name string) {
-		if name == "/a" && !renamed {
-			renamed = true
-			require.NoError(t, cf.renameFile(mem, "/a"+deletedSuffix))
-		}
-	}
-	buf := make([]byte, 12)
-	n, err := cf.ReadAt(buf, 0)
-	require.NoError(t, err)
-	require.Equal(t, "segment data", string(buf[:n]))
-	require.True(t, renamed, "the rename did not happen during the reopen")
-	require.Equal(t, "/a"+deletedSuffix, cf.Name())
-	require.LessOrEqual(t, c.openFiles(), 1)
-	require.NoError(t, cf.Close())
-	require.NoError(t, other.Close())
-	require.Zero(t, c.openFiles())
-}
-
-// TestFileCacheReopenSkipsNewcomer: as above, but another file is
-// created under the old name before the open (after a truncation, a new
-// segment at the same base offset, while a reader reopens the deleted
-// one); the reopen must not take the newcomer.
-func TestFileCacheReopenSkipsNewcomer(t *testing.T) {
-	mem := vfs.NewMem()
-	hook := &openHookFS{FS: mem}
-	c := newFileCache(hook, 1)
-	cf, err := c.openFile("/a", os.O_RDWR|os.O_CREATE, 0o644)
-	require.NoError(t, err)
-	_, err = cf.WriteAt([]byte("segment data"), 0)
-	require.NoError(t, err)
-	other, err := c.openFile("/b", os.O_RDWR|os.O_CREATE, 0o644)
-	require.NoError(t, err)
-	require.Equal(t, 1, c.openFiles(), "the cap of one file evicts /a")
-
-	renamed := false
-	hook.beforeOpen = func(name string) {
-		if name == "/a" && !renamed {
-			renamed = true
-			require.NoError(t, cf.renameFile(mem, "/named"))
-			f, err := mem.OpenFile("/a", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	for _, newcomer := range []bool{false, true} {
+		t.Run(fmt.Sprintf("newcomer=%v", newcomer), func(t *testing.T) {
+			mem := vfs.NewMem()
+			hook := &openHookFS{FS: mem}
+			c := newFileCache(hook, 1)
+			cf, err := c.openFile("/a", os.O_RDWR|os.O_CREATE, 0o644)
 			require.NoError(t, err)
-			_, err = f.WriteAt([]byte("a newcomer!!"), 0)
+			_, err = cf.WriteAt([]byte("segment data"), 0)
 			require.NoError(t, err)
-			require.NoError(t, f.Close())
-		}
+			other, err := c.openFile("/b", os.O_RDWR|os.O_CREATE, 0o644)
+			require.NoError(t, err)
+			require.Equal(t, 1, c.openFiles(), "the cap of one file evicts /a")
+
+			renamed := false
+			hook.beforeOpen = func(name string) {
+				if name != "/a" || renamed {
+					return
+				}
+				renamed = true
+				require.NoError(t, cf.renameFile(mem, "/a"+deletedSuffix))
+				if newcomer {
+					f, err := mem.OpenFile("/a", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+					require.NoError(t, err)
+					_, err = f.WriteAt([]byte("a newcomer!!"), 0)
+					require.NoError(t, err)
+					require.NoError(t, f.Close())
+				}
+			}
+			buf := make([]byte, 12)
+			n, err := cf.ReadAt(buf, 0)
+			require.NoError(t, err)
+			require.True(t, renamed, "the rename did not happen during the reopen")
+			require.Equal(t, "segment data", string(buf[:n]))
+			require.Equal(t, "/a"+deletedSuffix, cf.Name())
+			require.LessOrEqual(t, c.openFiles(), 1)
+			require.NoError(t, cf.Close())
+			require.NoError(t, other.Close())
+			require.Zero(t, c.openFiles())
+		})
 	}
-	buf := make([]byte, 12)
-	n, err := cf.ReadAt(buf, 0)
-	require.NoError(t, err)
-	require.True(t, renamed, "the rename did not happen during the reopen")
-	require.Equal(t, "segment data", string(buf[:n]))
-	require.Equal(t, "/named", cf.Name())
-	require.LessOrEqual(t, c.openFiles(), 1)
-	require.NoError(t, cf.Close())
-	require.NoError(t, other.Close())
-	require.Zero(t, c.openFiles())
 }
 
 // settledGoroutines returns the goroutines above base, waiting up to ten
