@@ -116,13 +116,21 @@ func appendEpochs(t *testing.T, l *log.Log, runs ...epochRun) {
 // fetchOnce sends f's next fetch to leader and applies the answer.
 func fetchOnce(t *testing.T, f, leader *testReplica, now time.Time) (*FetchRequest, *FetchResponse) {
 	t.Helper()
+	req, resp := fetchFrom(t, f, leader, now)
+	_, err := f.node.HandleFetchResponse(leader.id, req, resp, now)
+	require.NoError(t, err)
+	return req, resp
+}
+
+// fetchFrom builds f's fetch to leader and returns it with leader's
+// response, records copied in, not yet applied by f.
+func fetchFrom(t *testing.T, f, leader *testReplica, now time.Time) (*FetchRequest, *FetchResponse) {
+	t.Helper()
 	req := f.node.BuildFetch(leader.id, now)
 	require.NotNil(t, req)
 	resp, err := leader.node.HandleFetch(req, now)
 	require.NoError(t, err)
 	require.NoError(t, resp.Materialize())
-	_, err = f.node.HandleFetchResponse(leader.id, req, resp, now)
-	require.NoError(t, err)
 	return req, resp
 }
 
@@ -743,10 +751,7 @@ func TestNodeAppendsLargeResponsesInChunks(t *testing.T) {
 	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
 	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
 
-	req := f.node.BuildFetch(0, ntime)
-	resp, err := leader.node.HandleFetch(req, ntime)
-	require.NoError(t, err)
-	require.NoError(t, resp.Materialize())
+	req, resp := fetchFrom(t, f, leader, ntime)
 	records := resp.Partitions[0].Records
 	require.Greater(t, len(records), 2*followerAppendChunkBytes)
 	// Corrupt a record byte of the last batch (covered by its CRC).
@@ -784,10 +789,7 @@ func TestNodeResponseApplierStopsWhenTheLogChangesMidResponse(t *testing.T) {
 			appendEpochs(t, leader.log, epochRun{1, 6})
 			require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0, 1}, ntime))
 			require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
-			req := f.node.BuildFetch(0, ntime)
-			resp, err := leader.node.HandleFetch(req, ntime)
-			require.NoError(t, err)
-			require.NoError(t, resp.Materialize())
+			req, resp := fetchFrom(t, f, leader, ntime)
 			pr := &resp.Partitions[0]
 			pr.HighWatermark = 6
 			half := 0
