@@ -63,7 +63,18 @@ func goroutineDump() string {
 // goroutine started after the baseline is reported with its stack, and
 // once it ends the check passes.
 func TestWaitGoroutinesDetectsLeak(t *testing.T) {
+	// The baseline once earlier tests' goroutines have wound down: one of
+	// them ending during the check would hide the leak (seen under -race
+	// in CI).
 	before := runtime.NumGoroutine()
+	for deadline := time.Now().Add(leakWait); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		n := runtime.NumGoroutine()
+		if n == before {
+			break
+		}
+		before = n
+	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
