@@ -16,7 +16,8 @@
 //	clean-shutdown                  marker written by Close, removed by Open
 //	00000000000000524288.snapshot   producer state as of offset 524288
 //	leader-epoch-checkpoint         which leader epoch wrote which offsets
-//	next-segment.log.tmp            empty file the next roll renames (spare)
+//	next-segment.log.tmp            empty file the next roll renames (spare),
+//	                                its disk space allocated ahead
 //
 // # Using a Log
 //
@@ -51,7 +52,11 @@
 //     the flusher creates the next segment's file ahead of time
 //     (next-segment.log.tmp) and the roll renames it, because creating a
 //     file can cost milliseconds of kernel CPU (ext4 without a journal
-//     scans recently freed inodes). Logs that roll together can share an
+//     scans recently freed inodes). The flusher also allocates the file's
+//     first Options.PreallocateBytes on disk (Linux fallocate, keeping its
+//     size 0): appends into allocated space cost about a fifth less than
+//     appends that grow a file. What a segment did not use is released
+//     when it rolls and at Close. Logs that roll together can share an
 //     Options.FlushGroup so that their flushers do not take every core.
 //   - A failed fsync is sticky: the Log refuses appends and syncs with an
 //     error wrapping ErrSyncFailed until it is reopened, and nothing after

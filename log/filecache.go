@@ -238,6 +238,16 @@ func (cf *cachedFile) Datasync() error {
 	return vfs.Datasync(f)
 }
 
+// Preallocate allocates disk space for the file (see vfs.Preallocate).
+func (cf *cachedFile) Preallocate(size int64) error {
+	f, err := cf.acquire()
+	if err != nil {
+		return err
+	}
+	defer cf.release()
+	return vfs.Preallocate(f, size)
+}
+
 // Truncate changes the file's size.
 func (cf *cachedFile) Truncate(size int64) error {
 	f, err := cf.acquire()

@@ -247,6 +247,7 @@ func (f *flusher) flushRolled() error {
 	f.prepareSpare()
 	for _, r := range pending {
 		s := r.seg
+		l.releasePreallocated(s)
 		if err := s.flushIndexes(true); err != nil {
 			return l.fail(err)
 		}

@@ -194,10 +194,11 @@ func (l *Log) cleanShutdown() error {
 	if err := l.bg.flushRolled(); err != nil {
 		return err
 	}
+	act := l.active()
+	l.releasePreallocated(act)
 	if err := l.syncData(); err != nil {
 		return l.fail(err)
 	}
-	act := l.active()
 	act.timeIdx.maybeAppend(act.maxTS.Load(), act.relOfMaxTS)
 	for _, s := range l.segments() {
 		if err := s.flushIndexes(true); err != nil {

