@@ -104,16 +104,14 @@ func (d *decoder) fail(err error) {
 	d.b = nil
 }
 
-// varint reads a zigzag varint of at most maxLen bytes; one-byte
-// encodings are decoded inline.
+// varint reads a zigzag varint of at most maxLen bytes; one- and
+// two-byte encodings take varintShort's inlined path.
 func (d *decoder) varint(maxLen int) int64 {
-	b := d.b
-	if len(b) == 0 || b[0] >= 0x80 {
-		return d.varintLong(maxLen)
+	if v, n := varintShort(d.b, 0); n > 0 {
+		d.b = d.b[n:]
+		return v
 	}
-	d.b = b[1:]
-	u := int64(b[0])
-	return u>>1 ^ -(u & 1)
+	return d.varintLong(maxLen)
 }
 
 func (d *decoder) varintLong(maxLen int) int64 {

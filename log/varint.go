@@ -29,16 +29,10 @@ func varintLen(v int64) int {
 
 // readVarint decodes a zigzag varint of at most maxLen bytes from b,
 // returning the value and the number of bytes read. One- and two-byte
-// encodings, most of a record's fields, take a short path.
+// encodings, most of a record's fields, take varintShort's path.
 func readVarint(b []byte, maxLen int) (int64, int, error) {
-	if len(b) >= 2 {
-		if c := b[0]; c < 0x80 {
-			return int64(c>>1) ^ -int64(c&1), 1, nil
-		}
-		if c := b[1]; c < 0x80 {
-			u := uint64(b[0]&0x7f) | uint64(c)<<7
-			return int64(u>>1) ^ -int64(u&1), 2, nil
-		}
+	if v, n := varintShort(b, 0); n > 0 {
+		return v, n, nil
 	}
 	return readVarintLong(b, maxLen)
 }
