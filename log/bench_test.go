@@ -254,6 +254,17 @@ type rollLatencyResult struct{ p50, p99, p999, max time.Duration }
 // (p50 is about 0.5 ms even without any I/O wait). rolls/log reports the
 // rolls per log.
 //
+// mode=norolls writes nothing to disk within its few seconds (the kernel
+// writes dirty pages back after 30 s), while mode=rolls writes and
+// fsyncs everything, and each roll creates four files (segment, two
+// indexes, snapshot). Their CPU cost depends on the filesystem's recent
+// past: on ext4 without a journal (this development machine's), creating
+// a file scans past every inode of its block group freed in the last one
+// to six minutes, so a run right after another run's cleanup, or after
+// a test suite's, spends up to 40% of its CPU in that scan (perf:
+// recently_deleted, find_get_block_common) and twice the CPU of a run in
+// a quiet block group.
+//
 // Goals: p999-us(rolls) <= 1.5 x p999-us(norolls) for every logs=N
 // (reported by mode=rolls as p999-vs-norolls) and p999-us(syncroll) >=
 // 5 x p999-us(rolls) at logs=100 (reported by mode=syncroll as
