@@ -39,8 +39,9 @@ type Config struct {
 	// Over TCP, the fetcher of each leader keeps its last response's
 	// buffer, up to about this size, for the next response.
 	FetchMaxBytes int32
-	// FetchMaxWait is the leader's long-poll time for empty fetches
-	// (default 500 ms).
+	// FetchMaxWait is the long-poll time a follower asks for in its
+	// fetches, and the longest a leader holds a fetch it has nothing for,
+	// whatever the fetch asks (default 500 ms).
 	FetchMaxWait time.Duration
 	// FetchBackoff is how long a follower waits after a fetch error
 	// (default 100 ms).

@@ -11,15 +11,14 @@ import (
 // received data last are at the end), or nil if there is none to fetch
 // now (none, or all backing off).
 func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	f := n.fetchers[leader]
-	if f == nil {
+	parts := n.fetchOrder(leader)
+	if len(parts) == 0 {
 		return nil
 	}
 	req := &FetchRequest{ClusterID: n.cfg.ClusterID, ReplicaID: n.id, MaxBytes: n.cfg.FetchMaxBytes,
 		MaxWaitMs: int32(n.cfg.FetchMaxWait / time.Millisecond)}
-	for tp, p := range f.All() {
+	for _, p := range parts {
+		tp := p.tp
 		p.mu.Lock()
 		if p.role == roleFollower && p.leader == leader && !now.Before(p.backoffUntil) {
 			// The fetch offset counts toward the leader's high watermark,
@@ -43,6 +42,25 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 		return nil
 	}
 	return req
+}
+
+// fetchOrder returns the partitions followed at leader in their fair
+// order. It takes n.mu for writing, because a walk of the order moves its
+// cursor, and returns before BuildFetch may fsync a log, so that a sync
+// never holds up the callers of n.mu (Produce, HandleFetch, role changes).
+// The roles are checked again under each partition's lock.
+func (n *Node) fetchOrder(leader int32) []*partition {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f := n.fetchers[leader]
+	if f == nil {
+		return nil
+	}
+	parts := make([]*partition, 0, f.Len())
+	for _, p := range f.All() {
+		parts = append(parts, p)
+	}
+	return parts
 }
 
 // lastBatchEpoch is the epoch of l's last batch, or log.NoLeaderEpoch:

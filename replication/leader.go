@@ -88,10 +88,12 @@ func (n *Node) trackFollower(p *partition, id int32, fetchOffset int64, now time
 }
 
 // maybeAdvanceHW moves the high watermark to min(log end) over the ISR,
-// never backwards, and not while the ISR is smaller than MinInsyncReplicas.
+// never backwards, not while the ISR is smaller than MinInsyncReplicas,
+// and only while this node leads: a Produce whose fsync ends after the
+// role changed must not move it over what the followers never had.
 // Callers hold p.mu.
 func (n *Node) maybeAdvanceHW(p *partition) {
-	if len(p.isr) < n.cfg.MinInsyncReplicas {
+	if p.role != roleLeader || len(p.isr) < n.cfg.MinInsyncReplicas {
 		return
 	}
 	hw := p.candidateHW(!n.cfg.RelaxedDurability)

@@ -58,14 +58,16 @@ func (n *Node) partition(tp TopicPartition) *partition {
 
 // AddPartition hosts tp on this node, backed by l (which the application
 // opened and will close after RemovePartition). It has no role until
-// BecomeLeader or BecomeFollower.
+// BecomeLeader or BecomeFollower, and starts at the newest epoch in l:
+// roles at older epochs are refused with ErrStaleEpoch, so a reopened log
+// never takes batches of an epoch older than those it holds.
 func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.parts[tp]; ok {
 		return fmt.Errorf("replication: partition %s already added", tp)
 	}
-	n.parts[tp] = &partition{tp: tp, log: l, epoch: log.NoLeaderEpoch, leader: -1}
+	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1}
 	return nil
 }
 
@@ -76,8 +78,7 @@ func (n *Node) RemovePartition(tp TopicPartition) {
 	defer n.mu.Unlock()
 	if p := n.parts[tp]; p != nil {
 		p.mu.Lock()
-		p.endLeadership()
-		p.role = roleNone
+		p.stopRole()
 		p.mu.Unlock()
 		n.unfollowLocked(p)
 		delete(n.parts, tp)
@@ -103,6 +104,9 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	p := n.partition(tp)
 	if p == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
+	}
+	if err := n.checkAssignment(replicas, isr); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalidAssignment, tp, err)
 	}
 	// Lock order n.mu, p.mu (as BuildFetch): a stale epoch must be refused
 	// before the partition leaves its fetcher, or it stops following.
@@ -135,6 +139,31 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	}
 	p.epochStart = p.log.LogEndOffset()
 	n.maybeAdvanceHW(p)
+	return nil
+}
+
+// checkAssignment checks BecomeLeader's replica set and ISR: this node
+// among the replicas, no replica twice, and the ISR a subset of the
+// replicas that includes this node. An unknown id in the ISR would count
+// toward MinInsyncReplicas without holding any data.
+func (n *Node) checkAssignment(replicas, isr []int32) error {
+	if !slices.Contains(replicas, n.id) {
+		return fmt.Errorf("replicas %v lack this node (%d)", replicas, n.id)
+	}
+	if !slices.Contains(isr, n.id) {
+		return fmt.Errorf("ISR %v lacks this node (%d), the leader", isr, n.id)
+	}
+	for _, ids := range [][]int32{replicas, isr} {
+		sorted := slices.Sorted(slices.Values(ids))
+		if len(slices.Compact(sorted)) != len(ids) {
+			return fmt.Errorf("%v names a replica twice", ids)
+		}
+	}
+	for _, id := range isr {
+		if !slices.Contains(replicas, id) {
+			return fmt.Errorf("ISR member %d is not among the replicas %v", id, replicas)
+		}
+	}
 	return nil
 }
 
@@ -180,8 +209,7 @@ func (n *Node) StopPartition(tp TopicPartition) {
 	n.unfollowLocked(p)
 	n.mu.Unlock()
 	p.mu.Lock()
-	p.endLeadership()
-	p.role, p.followers = roleNone, nil
+	p.stopRole()
 	p.mu.Unlock()
 }
 

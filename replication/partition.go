@@ -59,6 +59,14 @@ func (p *partition) endLeadership() {
 	}
 }
 
+// stopRole leaves the partition with no role and no leader state.
+// Callers hold p.mu.
+func (p *partition) stopRole() {
+	p.endLeadership()
+	p.role = roleNone
+	p.followers, p.isr, p.replicas = nil, nil, nil
+}
+
 func (p *partition) inISR(id int32) bool { return slices.Contains(p.isr, id) }
 
 // leaderEnd is the leader's own contribution to the high watermark: its

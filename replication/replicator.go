@@ -139,10 +139,16 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 	return info, err
 }
 
-// HandleFetch serves a follower's fetch (FetchHandler), holding it up to
-// MaxWaitMs while there is nothing to send.
+// HandleFetch serves a follower's fetch (FetchHandler), holding it while
+// there is nothing to send: up to MaxWaitMs, but never longer than this
+// node's own FetchMaxWait, so that a peer cannot pin a connection and its
+// goroutine for days. A fetch of no partitions is answered at once.
 func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
-	deadline := time.Now().Add(time.Duration(req.MaxWaitMs) * time.Millisecond)
+	wait := min(time.Duration(max(req.MaxWaitMs, 0))*time.Millisecond, r.cfg.FetchMaxWait)
+	if len(req.Partitions) == 0 {
+		wait = 0
+	}
+	deadline := time.Now().Add(wait)
 	for {
 		ch := r.newData.channel()
 		r.node.syncLedLogs(req)

@@ -3,7 +3,6 @@ package replication
 import (
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/replog/replog/log"
 )
@@ -14,6 +13,7 @@ type TopicPartition struct {
 	Partition int32
 }
 
+// String renders tp as Kafka does: topic-partition.
 func (tp TopicPartition) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
 
 // Errors returned by the Replicator, and carried in fetch responses as
@@ -30,6 +30,7 @@ var (
 	ErrStaleEpoch         = errors.New("replication: role change with an epoch older than the current one")
 	ErrClusterMismatch    = errors.New("replication: request from another cluster")
 	ErrClosed             = errors.New("replication: closed")
+	ErrInvalidAssignment  = errors.New("replication: invalid replica assignment")
 )
 
 // ErrorCode is a partition error in a fetch response.
@@ -123,8 +124,10 @@ func (r *FetchResponse) Materialize() error {
 			continue
 		}
 		buf := make([]byte, p.Region.Length)
-		if _, err := p.Region.File.ReadAt(buf, p.Region.Position); err != nil && err != io.EOF {
-			return fmt.Errorf("%w: %v", ErrStorage, err)
+		n, err := p.Region.File.ReadAt(buf, p.Region.Position)
+		if n < len(buf) {
+			// io.EOF included: the region promised bytes the file lacks.
+			return fmt.Errorf("%w: read %d of the %d bytes at %d: %v", ErrStorage, n, len(buf), p.Region.Position, err)
 		}
 		p.Records, p.Region = buf, log.Region{}
 	}

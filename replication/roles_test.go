@@ -1,0 +1,173 @@
+package replication
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+	"github.com/replog/replog/log"
+)
+
+// Role changes that race with a Produce, reopened logs and bad
+// assignments: what a node must refuse or leave unchanged.
+
+// An acks=all Produce whose fsync ends after StopPartition must not move
+// the high watermark: the node no longer leads, and its ISR's followers
+// never fetched the batch (regression: the stopped partition's ISR was
+// kept, with no follower states, and counted as the leader alone).
+func TestStopPartitionDuringProduceKeepsTheHighWatermark(t *testing.T) {
+	gate := &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(gate.release) }) }
+	l, err := log.Open("/log", log.Options{FS: vfs.NewErrorFS(vfs.NewMem(), gate)})
+	require.NoError(t, err)
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c", MinInsyncReplicas: 2}, idleTransport{})
+	require.NoError(t, err)
+	defer func() {
+		require.NoError(t, r.Close())
+		require.NoError(t, l.Close())
+	}()
+	defer release()
+	require.NoError(t, r.AddPartition(ntp, l))
+	both := []int32{0, 1}
+	require.NoError(t, r.BecomeLeader(ntp, 1, both, both))
+
+	done := make(chan error, 1)
+	gate.armed.Store(true)
+	go func() {
+		_, err := r.Produce(context.Background(), ntp, testBatch(t, "R"), AcksAll)
+		done <- err
+	}()
+	<-gate.entered // the batch is at offset 0, its fsync held
+	r.StopPartition(ntp)
+	release()
+	require.ErrorIs(t, <-done, ErrNotLeader)
+	require.Equal(t, int64(0), l.HighWatermark(), "no follower has offset 0")
+}
+
+// A reopened log's newest epoch fences roles at older epochs, as a node
+// that never restarted would (regression: AddPartition started every
+// partition at NoLeaderEpoch, and a stale leader appended epoch-5 batches
+// after epoch-7 ones).
+func TestAddPartitionStartsAtTheLogsEpoch(t *testing.T) {
+	fs := vfs.NewMem()
+	l, err := log.Open("/log", log.Options{FS: fs})
+	require.NoError(t, err)
+	_, err = l.AppendAsLeader(testBatch(t, "a"), 7)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	l, err = log.Open("/log", log.Options{FS: fs})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+
+	n, err := NewNode(Config{ReplicaID: 0, ClusterID: "c"})
+	require.NoError(t, err)
+	require.NoError(t, n.AddPartition(ntp, l))
+	both := []int32{0, 1}
+	require.ErrorIs(t, n.BecomeLeader(ntp, 5, both, both, ntime), ErrStaleEpoch)
+	require.ErrorIs(t, n.BecomeFollower(ntp, 6, 1), ErrStaleEpoch)
+	require.Equal(t, int32(7), l.LatestEpoch())
+	require.NoError(t, n.BecomeLeader(ntp, 8, both, both, ntime))
+	require.Equal(t, int32(8), l.LatestEpoch())
+}
+
+// BecomeLeader refuses an ISR that is not a subset of the replicas or
+// lacks this node, and duplicate ids: an unknown id would count toward
+// MinInsyncReplicas without holding data.
+func TestBecomeLeaderChecksTheAssignment(t *testing.T) {
+	r := newTestReplica(t, 0, Config{MinInsyncReplicas: 3})
+	for _, c := range []struct {
+		name          string
+		replicas, isr []int32
+	}{
+		{"unknown ISR member", []int32{0, 1}, []int32{0, 1, 9}},
+		{"leader not a replica", []int32{1, 2}, []int32{1, 2}},
+		{"leader not in ISR", []int32{0, 1, 2}, []int32{1, 2}},
+		{"replica twice", []int32{0, 1, 1}, []int32{0, 1}},
+		{"ISR member twice", []int32{0, 1, 2}, []int32{0, 1, 1}},
+	} {
+		err := r.node.BecomeLeader(ntp, 1, c.replicas, c.isr, ntime)
+		require.ErrorIs(t, err, ErrInvalidAssignment, c.name)
+	}
+	p := r.node.partition(ntp)
+	require.Equal(t, roleNone, p.role, "a refused assignment changes nothing")
+	require.NoError(t, r.node.BecomeLeader(ntp, 1, []int32{0, 1, 2}, []int32{2, 0, 1}, ntime))
+}
+
+// Two goroutines building fetches for the same leader, as tests and
+// applications driving a Node directly may do: the fair order's walk
+// moves its cursor, so it must hold the node's lock for writing (the
+// race detector reported the read lock).
+func TestBuildFetchConcurrently(t *testing.T) {
+	f := newTestReplica(t, 1, Config{})
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for range 500 {
+				req := f.node.BuildFetch(0, ntime)
+				if req == nil || len(req.Partitions) != 1 {
+					t.Errorf("fetch request %+v", req)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A leader holds an empty fetch no longer than its own FetchMaxWait,
+// whatever the request asks, and answers a fetch of no partitions at
+// once: a peer must not pin a connection and its goroutine for days.
+func TestHandleFetchBoundsTheLongPoll(t *testing.T) {
+	l, err := log.Open("/log", log.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c", FetchMaxWait: 50 * time.Millisecond}, idleTransport{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	require.NoError(t, r.AddPartition(ntp, l))
+	both := []int32{0, 1}
+	require.NoError(t, r.BecomeLeader(ntp, 1, both, both))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fetch := func(parts []FetchPartition) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.HandleFetch(ctx, &FetchRequest{ClusterID: "c", ReplicaID: 1, MaxBytes: 1 << 20,
+				MaxWaitMs: 1<<31 - 1, Partitions: parts})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-ctx.Done():
+			t.Fatal("the fetch was held for the time it asked for")
+		}
+	}
+	fetch(nil)
+	fetch([]FetchPartition{{TopicPartition: ntp, CurrentLeaderEpoch: 1, FetchOffset: 0, LastFetchedEpoch: log.NoLeaderEpoch}})
+}
+
+// Materialize reports a region the file cannot fill instead of handing
+// out zeros.
+func TestMaterializeShortRead(t *testing.T) {
+	fs := vfs.NewMem()
+	l, err := log.Open("/log", log.Options{FS: fs})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+	_, err = l.AppendAsLeader(testBatch(t, "a"), 1)
+	require.NoError(t, err)
+	reg, err := l.ReadRegion(0, log.ReadOptions{MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	require.Positive(t, reg.Length)
+	reg.Length += 10 // past the end of the file
+	resp := &FetchResponse{Partitions: []FetchPartitionResponse{{TopicPartition: ntp, Region: reg}}}
+	require.ErrorIs(t, resp.Materialize(), ErrStorage)
+}
