@@ -11,14 +11,19 @@ import (
 
 // fileCache bounds the number of segment files a Manager keeps open: a
 // segment's file is opened when used and closed again, least recently
-// used first, when more than max are open and idle. Safe for concurrent
-// use.
+// used first, when more than max are open and idle. Files written since
+// their last successful fsync are closed only when no other idle file is
+// left: while a descriptor is open, Linux keeps a failed writeback's error
+// for the next fsync, and once none is, the inode may leave memory with
+// the error, and a later fsync through a new descriptor would succeed.
+// Safe for concurrent use.
 type fileCache struct {
 	fs  vfs.FS
 	max int
 
 	mu    sync.Mutex
-	idle  list.List // open, unused files; most recently used at the front
+	idle  list.List // open, unused, synced files; most recently used at the front
+	dirty list.List // open, unused files written since their last fsync
 	open  int
 	opens atomic.Int64
 }
@@ -57,7 +62,7 @@ func (c *fileCache) openFile(name string, flag int, perm os.FileMode) (*cachedFi
 	c.mu.Lock()
 	cf.f = f
 	c.open++
-	cf.elem = c.idle.PushFront(cf)
+	cf.pushIdleLocked()
 	toClose := c.evictLocked()
 	c.mu.Unlock()
 	closeAll(toClose)
@@ -68,9 +73,13 @@ func (c *fileCache) openFile(name string, flag int, perm os.FileMode) (*cachedFi
 // returns them to be closed outside the lock.
 func (c *fileCache) evictLocked() []vfs.File {
 	var out []vfs.File
-	for c.open > c.max && c.idle.Len() > 0 {
-		cf := c.idle.Remove(c.idle.Back()).(*cachedFile)
-		cf.elem = nil
+	for c.open > c.max && c.idle.Len()+c.dirty.Len() > 0 {
+		from := &c.idle
+		if from.Len() == 0 {
+			from = &c.dirty
+		}
+		cf := from.Remove(from.Back()).(*cachedFile)
+		cf.elem, cf.list = nil, nil
 		out = append(out, cf.f)
 		cf.f = nil
 		c.open--
@@ -80,7 +89,7 @@ func (c *fileCache) evictLocked() []vfs.File {
 
 func closeAll(files []vfs.File) {
 	for _, f := range files {
-		_ = f.Close() // data stays in the page cache; fsync works on a later handle
+		_ = f.Close() // data stays in the page cache (see fileCache)
 	}
 }
 
@@ -94,8 +103,12 @@ type cachedFile struct {
 	name   string
 	f      vfs.File
 	refs   int
-	elem   *list.Element
+	elem   *list.Element // in list, while open and idle
+	list   *list.List    // c.idle or c.dirty
 	closed bool
+	// writes counts WriteAt calls, synced how many of them the last
+	// successful fsync covered: the file is dirty while they differ.
+	writes, synced uint64
 	// info is the Stat of a file opened lazily: it answers the first
 	// Stat (openSegment's, right after the open) unless the file was used
 	// before.
@@ -110,10 +123,7 @@ func (cf *cachedFile) acquire() (vfs.File, error) {
 		c.mu.Unlock()
 		return nil, os.ErrClosed
 	}
-	if cf.elem != nil {
-		c.idle.Remove(cf.elem)
-		cf.elem = nil
-	}
+	cf.unlinkIdleLocked()
 	cf.info = nil // the file may change from now on
 	cf.refs++
 	if cf.f != nil {
@@ -164,6 +174,51 @@ func (cf *cachedFile) acquire() (vfs.File, error) {
 	return f, nil
 }
 
+// pushIdleLocked puts an open, unused file on its idle list. Callers
+// hold c.mu.
+func (cf *cachedFile) pushIdleLocked() {
+	cf.list = &cf.c.idle
+	if cf.writes != cf.synced {
+		cf.list = &cf.c.dirty
+	}
+	cf.elem = cf.list.PushFront(cf)
+}
+
+// unlinkIdleLocked takes the file off its idle list, if on one. Callers
+// hold c.mu.
+func (cf *cachedFile) unlinkIdleLocked() {
+	if cf.elem != nil {
+		cf.list.Remove(cf.elem)
+		cf.elem, cf.list = nil, nil
+	}
+}
+
+// acquireWrite is acquire for a WriteAt.
+func (cf *cachedFile) acquireWrite() (vfs.File, error) {
+	cf.c.mu.Lock()
+	cf.writes++ // before the write: a concurrent fsync must not cover it
+	cf.c.mu.Unlock()
+	return cf.acquire()
+}
+
+// acquireSync is acquire for an fsync; done, called after it, records
+// which writes a successful one covered.
+func (cf *cachedFile) acquireSync() (f vfs.File, done func(error), err error) {
+	cf.c.mu.Lock()
+	covers := cf.writes
+	cf.c.mu.Unlock()
+	f, err = cf.acquire()
+	done = func(err error) {
+		if err == nil {
+			cf.c.mu.Lock()
+			cf.synced = max(cf.synced, covers)
+			cf.c.mu.Unlock()
+		}
+		cf.release()
+	}
+	return f, done, err
+}
+
 // release ends a use; an idle file goes back on the list.
 func (cf *cachedFile) release() {
 	c := cf.c
@@ -176,7 +231,7 @@ func (cf *cachedFile) release() {
 			cf.f = nil
 			c.open--
 		} else {
-			cf.elem = c.idle.PushFront(cf)
+			cf.pushIdleLocked()
 			toClose = c.evictLocked()
 		}
 	}
@@ -210,7 +265,7 @@ func (cf *cachedFile) ReadAt(p []byte, off int64) (int, error) {
 
 // WriteAt implements io.WriterAt.
 func (cf *cachedFile) WriteAt(p []byte, off int64) (int, error) {
-	f, err := cf.acquire()
+	f, err := cf.acquireWrite()
 	if err != nil {
 		return 0, err
 	}
@@ -220,22 +275,24 @@ func (cf *cachedFile) WriteAt(p []byte, off int64) (int, error) {
 
 // Sync fsyncs the file.
 func (cf *cachedFile) Sync() error {
-	f, err := cf.acquire()
+	f, done, err := cf.acquireSync()
 	if err != nil {
 		return err
 	}
-	defer cf.release()
-	return f.Sync()
+	err = f.Sync()
+	done(err)
+	return err
 }
 
 // Datasync fdatasyncs the file (see vfs.Datasync).
 func (cf *cachedFile) Datasync() error {
-	f, err := cf.acquire()
+	f, done, err := cf.acquireSync()
 	if err != nil {
 		return err
 	}
-	defer cf.release()
-	return vfs.Datasync(f)
+	err = vfs.Datasync(f)
+	done(err)
+	return err
 }
 
 // Preallocate allocates disk space for the file (see vfs.Preallocate).
@@ -300,10 +357,7 @@ func (cf *cachedFile) Close() error {
 	cf.closed = true
 	var f vfs.File
 	if cf.refs == 0 && cf.f != nil {
-		if cf.elem != nil {
-			c.idle.Remove(cf.elem)
-			cf.elem = nil
-		}
+		cf.unlinkIdleLocked()
 		f, cf.f = cf.f, nil
 		c.open--
 	}

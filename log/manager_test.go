@@ -1077,6 +1077,51 @@ func (h *openHookFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File
 	return h.FS.OpenFile(name, flag, perm)
 }
 
+// TestFileCacheKeepsUnsyncedFilesOpen: the cache closes idle files
+// written since their last fsync only when no synced idle file is left
+// (a closed descriptor can lose a failed writeback's error), and the cap
+// still holds when every idle file is unsynced.
+func TestFileCacheKeepsUnsyncedFilesOpen(t *testing.T) {
+	c := newFileCache(vfs.NewMem(), 2)
+	open := func(name string) *cachedFile {
+		cf, err := c.openFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+		require.NoError(t, err)
+		return cf
+	}
+	isOpen := func(cf *cachedFile) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return cf.f != nil
+	}
+	a, b := open("/a"), open("/b")
+	_, err := a.WriteAt([]byte("unsynced"), 0)
+	require.NoError(t, err)
+	_, err = b.WriteAt([]byte("synced"), 0)
+	require.NoError(t, err)
+	require.NoError(t, b.Datasync())
+	open("/c") // /a is the least recently used, but unsynced
+	require.True(t, isOpen(a), "the unsynced file was closed")
+	require.False(t, isOpen(b))
+	require.Equal(t, 2, c.openFiles())
+
+	require.NoError(t, a.Sync())
+	d := open("/d")
+	_, err = d.WriteAt([]byte("unsynced"), 0)
+	require.NoError(t, err)
+	open("/e") // the idle files: /a and /c synced, /d not
+	require.True(t, isOpen(d))
+	require.Equal(t, 2, c.openFiles())
+
+	cap1 := newFileCache(vfs.NewMem(), 1)
+	for _, name := range []string{"/x", "/y", "/z"} {
+		cf, err := cap1.openFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+		require.NoError(t, err)
+		_, err = cf.WriteAt([]byte("unsynced"), 0)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, cap1.openFiles(), "unsynced files still count toward the cap")
+}
+
 // TestFileCacheReopenAfterRename: a segment file closed by the cache is
 // renamed (a deleted segment becomes *.deleted) between the moment a
 // reader's reopen takes its name and the open itself; the reopen finds
@@ -1094,6 +1139,7 @@ func TestFileCacheReopenAfterRename(t *testing.T) {
 			require.NoError(t, err)
 			_, err = cf.WriteAt([]byte("segment data"), 0)
 			require.NoError(t, err)
+			require.NoError(t, cf.Sync()) // else the cache keeps it open
 			other, err := c.openFile("/b", os.O_RDWR|os.O_CREATE, 0o644)
 			require.NoError(t, err)
 			require.Equal(t, 1, c.openFiles(), "the cap of one file evicts /a")
