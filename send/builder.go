@@ -104,6 +104,12 @@ type Stats struct {
 	// EAGAIN counts writev and sendfile calls that found the socket full
 	// and were resumed once the runtime poller reported it writable.
 	EAGAIN int64
+	// Partial counts writev and sendfile calls that wrote some, but not
+	// all, of what remained of their batch or file region (the socket
+	// filled up during the call); the next call resumes it. On the socket
+	// path, a WriteTo that succeeds makes one call per batch and per
+	// sendfile region, plus one for each EAGAIN and each Partial.
+	Partial int64
 	// Pread counts ReadAt calls reading file regions into memory.
 	Pread int64
 	// Bytes counts bytes written.
@@ -121,6 +127,7 @@ func (s Stats) Sub(t Stats) Stats {
 		Sendfile: s.Sendfile - t.Sendfile,
 		Write:    s.Write - t.Write,
 		EAGAIN:   s.EAGAIN - t.EAGAIN,
+		Partial:  s.Partial - t.Partial,
 		Pread:    s.Pread - t.Pread,
 		Bytes:    s.Bytes - t.Bytes,
 	}

@@ -162,6 +162,9 @@ func (b *Builder) writevStep(fd int) bool {
 	case errno == 0 && r > 0:
 		b.advance(int64(r))
 		s.vec = consume(s.vec, int(r))
+		if len(s.vec) > 0 {
+			b.stats.Partial++
+		}
 		return true
 	case errno == 0:
 		s.err = fmt.Errorf("send: writev: %w", io.ErrUnexpectedEOF)
@@ -196,6 +199,9 @@ func (b *Builder) sendfileStep(fd int) bool {
 	}
 	switch {
 	case err == nil && n > 0:
+		if s.sfRem > 0 {
+			b.stats.Partial++
+		}
 		return true
 	case err == nil:
 		s.err = fmt.Errorf("%w: sendfile found end of file at offset %d, %d bytes short", ErrRegionPastEOF, s.sfOff, s.sfRem)
