@@ -13,6 +13,7 @@ type FlushGroup struct {
 	mu            sync.Mutex
 	free          int // turns not taken
 	waitingUrgent int
+	waitingOther  int
 	urgent, other sync.Cond
 }
 
@@ -37,9 +38,11 @@ func (g *FlushGroup) acquire(urgent bool) func() {
 		}
 		g.waitingUrgent--
 	} else {
+		g.waitingOther++
 		for g.free == 0 || g.waitingUrgent > 0 {
 			g.other.Wait()
 		}
+		g.waitingOther--
 	}
 	g.free--
 	g.mu.Unlock()

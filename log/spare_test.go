@@ -75,14 +75,18 @@ func TestFlushGroupServesUrgentFirst(t *testing.T) {
 	waiting := func(urgent bool) bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return !urgent || g.waitingUrgent == 1
+		if urgent {
+			return g.waitingUrgent == 1
+		}
+		return g.waitingOther == 1
 	}
 	go func() {
 		r := g.acquire(false)
 		order <- "flush"
 		r()
 	}()
-	time.Sleep(10 * time.Millisecond) // the flush waits first
+	// The flush waits first: a FIFO group would then serve it first.
+	require.Eventually(t, func() bool { return waiting(false) }, 10*time.Second, time.Millisecond)
 	go func() {
 		r := g.acquire(true)
 		order <- "spare"
