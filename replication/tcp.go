@@ -20,9 +20,11 @@ import (
 
 // Defaults of TCPOptions.
 const (
-	DefaultDialTimeout    = 10 * time.Second
-	DefaultRequestTimeout = 30 * time.Second
-	DefaultMaxIdleConns   = 2
+	DefaultDialTimeout     = 10 * time.Second
+	DefaultRequestTimeout  = 30 * time.Second
+	DefaultIdleTimeout     = 5 * time.Minute
+	DefaultMaxIdleConns    = 2
+	DefaultMaxRequestBytes = 4 << 20
 )
 
 // TCPOptions configures NewTCPTransport and NewTCPServer; each uses the
@@ -50,6 +52,23 @@ type TCPOptions struct {
 	// before anything is allocated for it; a server trims the records of
 	// a response that would exceed it.
 	MaxFrameBytes int
+	// MaxRequestBytes is the largest fetch request frame, its header
+	// included, that a server reads and a transport sends (default
+	// DefaultMaxRequestBytes, or MaxFrameBytes when that is smaller; at
+	// least 4 KiB and at most MaxFrameBytes). A request takes 22 bytes
+	// plus its topic name per partition: 4 MiB holds 80,000 partitions of
+	// 28-byte topic names. A server refuses a larger request from its
+	// header, before reading its body: it answers with an error frame
+	// (ErrFrameTooLarge) and closes the connection. A transport refuses to
+	// send one with ErrFrameTooLarge.
+	MaxRequestBytes int
+	// IdleTimeout is how long a server waits for the next request on a
+	// connection before it closes the connection (default
+	// DefaultIdleTimeout; negative: no limit). Once a request's header
+	// arrived, its body must arrive within RequestTimeout. The time a
+	// request is handled (a fetch's long poll) does not count. A
+	// transport replaces a pooled connection the server closed.
+	IdleTimeout time.Duration
 	// MaxIdleConns is how many idle connections the transport keeps per
 	// node for reuse (default DefaultMaxIdleConns).
 	MaxIdleConns int
@@ -64,8 +83,14 @@ func (o TCPOptions) withDefaults() (TCPOptions, error) {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
 	if o.MaxFrameBytes == 0 {
 		o.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if o.MaxRequestBytes == 0 {
+		o.MaxRequestBytes = min(DefaultMaxRequestBytes, o.MaxFrameBytes)
 	}
 	if o.MaxIdleConns == 0 {
 		o.MaxIdleConns = DefaultMaxIdleConns
@@ -73,15 +98,22 @@ func (o TCPOptions) withDefaults() (TCPOptions, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return o, o.validate()
+}
+
+// validate checks options that withDefaults completed.
+func (o TCPOptions) validate() error {
 	switch {
 	case o.DialTimeout < 0, o.RequestTimeout < 0:
-		return o, fmt.Errorf("replication: negative TCP timeout")
+		return fmt.Errorf("replication: negative TCP timeout")
 	case o.MaxFrameBytes < 4<<10 || uint64(o.MaxFrameBytes) > 1<<32-1:
-		return o, fmt.Errorf("replication: MaxFrameBytes %d outside [4 KiB, 4 GiB)", o.MaxFrameBytes)
+		return fmt.Errorf("replication: MaxFrameBytes %d outside [4 KiB, 4 GiB)", o.MaxFrameBytes)
+	case o.MaxRequestBytes < 4<<10 || o.MaxRequestBytes > o.MaxFrameBytes:
+		return fmt.Errorf("replication: MaxRequestBytes %d outside [4 KiB, MaxFrameBytes %d]", o.MaxRequestBytes, o.MaxFrameBytes)
 	case o.MaxIdleConns < 0:
-		return o, fmt.Errorf("replication: negative MaxIdleConns")
+		return fmt.Errorf("replication: negative MaxIdleConns")
 	}
-	return o, nil
+	return nil
 }
 
 // TCPTransport is the Transport of a follower over TCP (optionally TLS).
@@ -91,13 +123,16 @@ func (o TCPOptions) withDefaults() (TCPOptions, error) {
 // of a Replicator has one fetch in flight per leader anyway). Concurrent
 // Fetch calls to one node use separate connections; after a complete
 // exchange a connection goes back to the node's idle pool (at most
-// MaxIdleConns), and a pooled connection the peer has closed meanwhile is
-// replaced transparently once. A canceled context or a timeout closes the
-// connection, since its stream is mid-response.
+// MaxIdleConns), and a pooled connection the peer has closed meanwhile
+// (a server closes connections idle past its IdleTimeout) is replaced
+// transparently: the fetch is sent again once, on a new connection. A
+// canceled context or a timeout closes the connection, since its stream is
+// mid-response.
 //
 // Fetch errors wrap ErrUnreachable (resolving or dialing failed),
 // ErrClosed (the transport was closed), the context's error,
-// os.ErrDeadlineExceeded (RequestTimeout), ErrFrameTooLarge or
+// os.ErrDeadlineExceeded (RequestTimeout), ErrFrameTooLarge (a request
+// over MaxRequestBytes, not sent, or a response over MaxFrameBytes),
 // ErrMalformedFrame (a bad response), or ErrRemote (an error frame, see
 // ErrRemote). The Records of a returned response alias one buffer
 // allocated for that response, which belongs to the caller.
@@ -179,7 +214,8 @@ func (t *TCPTransport) fetch(ctx context.Context, leader int32, req *FetchReques
 		return nil, buf, fmt.Errorf("%w: node %d: %w", ErrUnreachable, leader, err)
 	}
 	for attempt := 0; ; attempt++ {
-		c, reused, err := t.conn(ctx, leader, addr)
+		// A retry dials: the other pooled connections are likely dead too.
+		c, reused, err := t.conn(ctx, leader, addr, attempt == 0)
 		if err != nil {
 			return nil, buf, err
 		}
@@ -211,12 +247,25 @@ func (t *TCPTransport) fetchErr(ctx context.Context, leader int32, addr string, 
 	return fmt.Errorf("replication: fetch from node %d at %s: %w", leader, addr, err)
 }
 
-// conn returns an idle connection to node at addr, or dials one.
-func (t *TCPTransport) conn(ctx context.Context, node int32, addr string) (*tcpConn, bool, error) {
+// conn returns an idle connection to node at addr when pooled allows it
+// (reused), or dials one.
+func (t *TCPTransport) conn(ctx context.Context, node int32, addr string, pooled bool) (c *tcpConn, reused bool, err error) {
+	if pooled {
+		if c, err = t.idleConn(node, addr); c != nil || err != nil {
+			return c, c != nil, err
+		}
+	}
+	c, err = t.dial(ctx, node, addr)
+	return c, false, err
+}
+
+// idleConn takes an idle connection to node at addr from the pool, if
+// there is one, and closes those to another address.
+func (t *TCPTransport) idleConn(node int32, addr string) (*tcpConn, error) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.closed {
-		t.mu.Unlock()
-		return nil, false, fmt.Errorf("%w: transport", ErrClosed)
+		return nil, fmt.Errorf("%w: transport", ErrClosed)
 	}
 	idle := t.idle[node]
 	for len(idle) > 0 {
@@ -224,15 +273,17 @@ func (t *TCPTransport) conn(ctx context.Context, node int32, addr string) (*tcpC
 		idle = idle[:len(idle)-1]
 		if c.addr == addr {
 			t.idle[node] = idle
-			t.mu.Unlock()
-			return c, true, nil
+			return c, nil
 		}
 		delete(t.conns, c)
 		_ = c.nc.Close() // the node moved
 	}
 	delete(t.idle, node)
-	t.mu.Unlock()
+	return nil, nil
+}
 
+// dial opens a new connection to node at addr.
+func (t *TCPTransport) dial(ctx context.Context, node int32, addr string) (*tcpConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, t.opts.DialTimeout)
 	defer cancel()
 	var nc net.Conn
@@ -244,9 +295,9 @@ func (t *TCPTransport) conn(ctx context.Context, node int32, addr string) (*tcpC
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, false, fmt.Errorf("replication: dial node %d at %s: %w", node, addr, ctx.Err())
+			return nil, fmt.Errorf("replication: dial node %d at %s: %w", node, addr, ctx.Err())
 		}
-		return nil, false, fmt.Errorf("%w: node %d at %s: %w", ErrUnreachable, node, addr, err)
+		return nil, fmt.Errorf("%w: node %d at %s: %w", ErrUnreachable, node, addr, err)
 	}
 	// 64 KiB: a response of a few small batches arrives with one read.
 	c := &tcpConn{node: node, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}
@@ -254,10 +305,10 @@ func (t *TCPTransport) conn(ctx context.Context, node int32, addr string) (*tcpC
 	defer t.mu.Unlock()
 	if t.closed {
 		_ = nc.Close()
-		return nil, false, fmt.Errorf("%w: transport", ErrClosed)
+		return nil, fmt.Errorf("%w: transport", ErrClosed)
 	}
 	t.conns[c] = struct{}{}
-	return c, false, nil
+	return c, nil
 }
 
 // release pools c after a complete exchange (keep), else closes it.
@@ -285,8 +336,8 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 	if err != nil {
 		return nil, nil, true, false, err
 	}
-	if len(c.wbuf) > t.opts.MaxFrameBytes {
-		return nil, nil, true, false, fmt.Errorf("%w: request of %d bytes, limit %d", ErrFrameTooLarge, len(c.wbuf), t.opts.MaxFrameBytes)
+	if len(c.wbuf) > t.opts.MaxRequestBytes {
+		return nil, nil, true, false, fmt.Errorf("%w: request of %d bytes, MaxRequestBytes %d", ErrFrameTooLarge, len(c.wbuf), t.opts.MaxRequestBytes)
 	}
 	deadline := time.Now().Add(time.Duration(max(req.MaxWaitMs, 0))*time.Millisecond + t.opts.RequestTimeout)
 	ctxDeadline := false
@@ -398,8 +449,11 @@ func (t *TCPTransport) Close() error {
 // Bad input never crashes the server: a request that cannot be decoded, of
 // an unknown version or type, or refused by the handler (for example with
 // ErrClusterMismatch) gets an error frame carrying the error's message; a
-// frame over MaxFrameBytes or with a bad magic gets an error frame and the
+// frame over MaxRequestBytes or with a bad magic gets an error frame and the
 // connection is closed, since the stream cannot be trusted any longer.
+// Neither can a peer that pins a connection: one idle past IdleTimeout
+// between requests, or whose request body does not arrive within
+// RequestTimeout of its header, is closed.
 //
 // The handler receives a context that ends when the server is closed, and
 // must return soon after it does. A TCPServer is safe for concurrent use;
@@ -476,8 +530,21 @@ func (s *TCPServer) acceptLoop() {
 	}
 }
 
+// serverConn is a connection of a TCPServer with the buffers it reuses
+// from request to request.
+type serverConn struct {
+	nc      net.Conn
+	br      *bufio.Reader
+	hdr     [frameHeaderSize]byte
+	body    []byte
+	scratch []byte // a response's headers
+	out     []byte // an error frame
+	b       send.Builder
+}
+
 // serve reads requests from nc and answers them, in order, until the
-// peer leaves, a write fails, the stream is corrupt, or Close.
+// peer leaves or stays idle too long, a write fails, the stream is
+// corrupt, or Close.
 func (s *TCPServer) serve(nc net.Conn) {
 	defer s.wg.Done()
 	defer func() {
@@ -486,73 +553,96 @@ func (s *TCPServer) serve(nc net.Conn) {
 		s.mu.Unlock()
 		_ = nc.Close()
 	}()
-	if tc, ok := nc.(*tls.Conn); ok {
-		_ = tc.SetDeadline(time.Now().Add(s.opts.RequestTimeout))
-		if err := tc.HandshakeContext(s.ctx); err != nil {
-			s.opts.Logger.Warn("replication: TLS handshake failed", "remote", nc.RemoteAddr(), "err", err)
-			return
-		}
-		_ = tc.SetDeadline(time.Time{})
+	if !s.handshake(nc) {
+		return
 	}
-	var (
-		br      = bufio.NewReaderSize(nc, 16<<10)
-		hdr     [frameHeaderSize]byte
-		body    []byte
-		scratch []byte
-		out     []byte
-		b       send.Builder
-	)
+	c := &serverConn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10)}
 	for {
-		h, err := readFrameHeader(br, &hdr, s.opts.MaxFrameBytes)
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && s.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
-				s.opts.Logger.Warn("replication: bad frame; closing the connection", "remote", nc.RemoteAddr(), "err", err)
-				if errors.Is(err, ErrFrameTooLarge) || errors.Is(err, ErrMalformedFrame) {
-					s.writeError(nc, &out, h.corr, err)
-				}
-			}
+		corr, req, ok := s.readRequest(c)
+		if !ok {
 			return
 		}
-		if body, err = readBody(br, h.bodyLen, body, 64<<10); err != nil {
+		if req != nil && !s.answer(c, corr, req) {
 			return
 		}
-		req, err := s.decodeRequest(h, body)
-		if cap(body) > 1<<20 {
-			body = nil // do not keep a huge request's buffer
+	}
+}
+
+// handshake completes a TLS connection's handshake within RequestTimeout;
+// it reports whether the connection may be used.
+func (s *TCPServer) handshake(nc net.Conn) bool {
+	tc, ok := nc.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	_ = tc.SetDeadline(time.Now().Add(s.opts.RequestTimeout))
+	if err := tc.HandshakeContext(s.ctx); err != nil {
+		s.opts.Logger.Warn("replication: TLS handshake failed", "remote", nc.RemoteAddr(), "err", err)
+		return false
+	}
+	_ = tc.SetDeadline(time.Time{})
+	return true
+}
+
+// readRequest reads and decodes the next request. ok false means the
+// connection must be closed; a nil req with ok means the request was
+// answered with an error frame.
+func (s *TCPServer) readRequest(c *serverConn) (corr uint64, req *FetchRequest, ok bool) {
+	h, err := s.readFrame(c)
+	if err != nil {
+		return h.corr, nil, false
+	}
+	req, err = s.decodeRequest(h, c.body)
+	if cap(c.body) > 1<<20 {
+		c.body = nil // do not keep a huge request's buffer
+	}
+	if err != nil {
+		return h.corr, nil, s.writeError(c, h.corr, err)
+	}
+	return h.corr, req, true
+}
+
+// readFrame reads a frame of at most MaxRequestBytes: its header, which
+// may take IdleTimeout to come, then its body into c.body within
+// RequestTimeout. Errors are logged and, when the stream is bad, answered.
+func (s *TCPServer) readFrame(c *serverConn) (frameHeader, error) {
+	setReadTimeout(c.nc, s.opts.IdleTimeout)
+	h, err := readFrameHeader(c.br, &c.hdr, s.opts.MaxRequestBytes)
+	if err != nil {
+		s.badHeader(c, h, err)
+		return h, err
+	}
+	setReadTimeout(c.nc, s.opts.RequestTimeout)
+	if c.body, err = readBody(c.br, h.bodyLen, c.body, 64<<10); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.opts.Logger.Warn("replication: request body not received within RequestTimeout; closing the connection", "remote", c.nc.RemoteAddr(), "bytes", h.bodyLen)
 		}
-		if err != nil {
-			if !s.writeError(nc, &out, h.corr, err) {
-				return
-			}
-			continue
-		}
-		resp, err := s.handler.HandleFetch(s.ctx, req)
-		if err != nil {
-			if !s.writeError(nc, &out, h.corr, err) {
-				return
-			}
-			continue
-		}
-		b.Reset()
-		var dropped int
-		scratch, dropped, err = buildFetchResponse(&b, scratch, h.corr, resp, s.opts.MaxFrameBytes)
-		if err != nil {
-			if !s.writeError(nc, &out, h.corr, err) {
-				return
-			}
-			continue
-		}
-		if dropped > 0 {
-			s.opts.Logger.Warn("replication: fetch response trimmed to MaxFrameBytes", "remote", nc.RemoteAddr(), "partitions", dropped)
-		}
-		_ = nc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
-		_, err = b.WriteTo(nc)
-		b.Reset() // forget the segment files
-		if err != nil {
-			if s.ctx.Err() == nil {
-				s.opts.Logger.Warn("replication: writing a fetch response failed", "remote", nc.RemoteAddr(), "err", err)
-			}
-			return
+		return h, err
+	}
+	return h, nil
+}
+
+// setReadTimeout sets nc's read deadline d from now, or none when d < 0.
+func setReadTimeout(nc net.Conn, d time.Duration) {
+	var deadline time.Time
+	if d >= 0 {
+		deadline = time.Now().Add(d)
+	}
+	_ = nc.SetReadDeadline(deadline)
+}
+
+// badHeader logs why no request header could be read and, when the
+// stream is bad, tells the peer before the connection is closed.
+func (s *TCPServer) badHeader(c *serverConn, h frameHeader, err error) {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), s.ctx.Err() != nil:
+		// The peer left, or Close.
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.opts.Logger.Debug("replication: closing a connection idle past IdleTimeout", "remote", c.nc.RemoteAddr())
+	default:
+		s.opts.Logger.Warn("replication: bad frame; closing the connection", "remote", c.nc.RemoteAddr(), "err", err)
+		if errors.Is(err, ErrFrameTooLarge) || errors.Is(err, ErrMalformedFrame) {
+			s.writeError(c, h.corr, err)
 		}
 	}
 }
@@ -567,12 +657,37 @@ func (s *TCPServer) decodeRequest(h frameHeader, body []byte) (*FetchRequest, er
 	return decodeFetchRequest(body)
 }
 
+// answer has the handler serve req and writes its response, or an error
+// frame; it reports whether the connection may go on.
+func (s *TCPServer) answer(c *serverConn, corr uint64, req *FetchRequest) bool {
+	resp, err := s.handler.HandleFetch(s.ctx, req)
+	if err != nil {
+		return s.writeError(c, corr, err)
+	}
+	c.b.Reset()
+	var dropped int
+	c.scratch, dropped, err = buildFetchResponse(&c.b, c.scratch, corr, resp, s.opts.MaxFrameBytes)
+	if err != nil {
+		return s.writeError(c, corr, err)
+	}
+	if dropped > 0 {
+		s.opts.Logger.Warn("replication: fetch response trimmed to MaxFrameBytes", "remote", c.nc.RemoteAddr(), "partitions", dropped)
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
+	_, err = c.b.WriteTo(c.nc)
+	c.b.Reset() // forget the segment files
+	if err != nil && s.ctx.Err() == nil {
+		s.opts.Logger.Warn("replication: writing a fetch response failed", "remote", c.nc.RemoteAddr(), "err", err)
+	}
+	return err == nil
+}
+
 // writeError answers a request with an error frame; it reports whether
 // the write succeeded.
-func (s *TCPServer) writeError(nc net.Conn, out *[]byte, corr uint64, err error) bool {
-	*out = appendErrorFrame((*out)[:0], corr, err.Error())
-	_ = nc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
-	_, werr := nc.Write(*out)
+func (s *TCPServer) writeError(c *serverConn, corr uint64, err error) bool {
+	c.out = appendErrorFrame(c.out[:0], corr, err.Error())
+	_ = c.nc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
+	_, werr := c.nc.Write(c.out)
 	return werr == nil
 }
 

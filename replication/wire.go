@@ -22,8 +22,9 @@ const DefaultMaxFrameBytes = 64 << 20
 // errors.Is.
 var (
 	// ErrFrameTooLarge reports a frame whose announced length exceeds
-	// MaxFrameBytes. It is detected from the 16-byte header, before the
-	// body is read or any memory is allocated for it.
+	// MaxFrameBytes, or MaxRequestBytes for a request. It is detected from
+	// the 16-byte header, before the body is read or any memory is
+	// allocated for it.
 	ErrFrameTooLarge = errors.New("replication: frame larger than the limit")
 	// ErrMalformedFrame reports bytes that are not a valid frame: bad
 	// magic, an unsupported version or type, a truncated frame, a length
@@ -57,8 +58,9 @@ const (
 	// topic name bytes.
 	responsePartitionHeaderFixed = minResponsePartitionBytes
 
-	// maxPrealloc bounds the slice capacity reserved from a decoded count;
-	// longer lists grow as their entries are actually decoded.
+	// maxPrealloc bounds the slice capacity reserved from a decoded count
+	// of response partitions; longer lists grow as their entries are
+	// actually decoded.
 	maxPrealloc = 256
 	// maxErrorMessage bounds the message of an error frame.
 	maxErrorMessage = 4 << 10
@@ -358,6 +360,16 @@ func (r *wireReader) str(what string) string {
 	return string(r.take(n, what))
 }
 
+// strOr is str returning prev, without allocating, when the bytes equal
+// it: a request lists the partitions of a topic one after the other.
+func (r *wireReader) strOr(prev, what string) string {
+	n := int(r.u16(what))
+	if b := r.take(n, what); string(b) != prev {
+		return string(b)
+	}
+	return prev
+}
+
 // count reads a u32 count of entries taking at least minBytes each, and
 // fails if the rest of the body cannot hold that many.
 func (r *wireReader) count(minBytes int, what string) int {
@@ -378,7 +390,9 @@ func (r *wireReader) end() error {
 }
 
 // decodeFetchRequest decodes a fetch request body. The request does not
-// alias body.
+// alias body. It allocates little more than twice the body's size: the
+// partitions at once, once their count was checked against the body's
+// size, and a topic name only where it differs from the one before.
 func decodeFetchRequest(body []byte) (*FetchRequest, error) {
 	r := &wireReader{b: body}
 	req := &FetchRequest{}
@@ -388,16 +402,17 @@ func decodeFetchRequest(body []byte) (*FetchRequest, error) {
 	req.MaxWaitMs = r.i32("max wait")
 	n := r.count(minRequestPartitionBytes, "partitions")
 	if n > 0 {
-		req.Partitions = make([]FetchPartition, 0, min(n, maxPrealloc))
+		req.Partitions = make([]FetchPartition, n)
 	}
+	topic := ""
 	for i := 0; i < n && r.err == nil; i++ {
-		var p FetchPartition
-		p.Topic = r.str("topic")
+		p := &req.Partitions[i]
+		topic = r.strOr(topic, "topic")
+		p.Topic = topic
 		p.Partition = r.i32("partition")
 		p.CurrentLeaderEpoch = r.i32("current leader epoch")
 		p.FetchOffset = r.i64("fetch offset")
 		p.LastFetchedEpoch = r.i32("last fetched epoch")
-		req.Partitions = append(req.Partitions, p)
 	}
 	if err := r.end(); err != nil {
 		return nil, err

@@ -1,0 +1,242 @@
+package replication
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// requestOfSize returns a fetch request whose frame takes exactly size
+// bytes, its cluster id padding it.
+func requestOfSize(t *testing.T, parts, size int) *FetchRequest {
+	t.Helper()
+	req := testRequest(parts)
+	frame, err := appendFetchRequestFrame(nil, 1, req)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(frame), size)
+	req.ClusterID += strings.Repeat("c", size-len(frame))
+	return req
+}
+
+func TestTCPOptionsLimits(t *testing.T) {
+	o, err := TCPOptions{}.withDefaults()
+	require.NoError(t, err)
+	require.Equal(t, DefaultMaxRequestBytes, o.MaxRequestBytes)
+	require.Equal(t, DefaultIdleTimeout, o.IdleTimeout)
+	o, err = TCPOptions{MaxFrameBytes: 8 << 10}.withDefaults()
+	require.NoError(t, err)
+	require.Equal(t, 8<<10, o.MaxRequestBytes, "capped by MaxFrameBytes")
+	o, err = TCPOptions{IdleTimeout: -1}.withDefaults()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(-1), o.IdleTimeout, "negative: no limit")
+	for _, bad := range []TCPOptions{
+		{MaxRequestBytes: 4<<10 - 1},
+		{MaxRequestBytes: -1},
+		{MaxFrameBytes: 64 << 10, MaxRequestBytes: 64<<10 + 1},
+	} {
+		_, err := bad.withDefaults()
+		require.Error(t, err, "%+v", bad)
+	}
+}
+
+// A request frame over MaxRequestBytes is refused from its header: the
+// server answers at once, without waiting for the body, and closes the
+// connection. One of exactly MaxRequestBytes is served.
+func TestTCPServerRefusesLargeRequests(t *testing.T) {
+	checkGoroutines(t)
+	const limit = 8 << 10
+	data := testData(1 << 10)
+	_, ln := startServer(t, echoHandler(segmentFile(t, data), data, nil), TCPOptions{MaxRequestBytes: limit})
+	addr := ln.Addr().String()
+
+	c := rawConn(t, addr)
+	require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err := c.Write(header(limit+1-4, frameMagic, frameVersion, msgFetchRequest, 7))
+	require.NoError(t, err)
+	err = expectError(t, c, 7)
+	require.ErrorIs(t, err, ErrRemote)
+	require.ErrorIs(t, err, ErrFrameTooLarge)
+	_, _, err = readRaw(t, c)
+	require.ErrorIs(t, err, io.EOF, "the server must close the connection")
+
+	req := requestOfSize(t, 100, limit)
+	tr := newTransport(t, addr, TCPOptions{})
+	resp, err := tr.Fetch(context.Background(), 0, req)
+	require.NoError(t, err)
+	checkEcho(t, data, req, resp)
+}
+
+// A transport does not send a request over its MaxRequestBytes, and the
+// connection stays usable.
+func TestTCPTransportRefusesLargeRequests(t *testing.T) {
+	checkGoroutines(t)
+	const limit = 8 << 10
+	data := testData(1 << 10)
+	seen := make(chan *FetchRequest, 10)
+	_, ln := startServer(t, echoHandler(segmentFile(t, data), data, seen), TCPOptions{})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{MaxRequestBytes: limit})
+	_, err := tr.Fetch(context.Background(), 0, requestOfSize(t, 100, limit+1))
+	require.ErrorIs(t, err, ErrFrameTooLarge)
+	require.Empty(t, seen, "nothing was sent")
+	req := requestOfSize(t, 100, limit)
+	resp, err := tr.Fetch(context.Background(), 0, req)
+	require.NoError(t, err)
+	checkEcho(t, data, req, resp)
+	require.Equal(t, int32(1), ln.accepted.Load())
+}
+
+// Decoding the largest request a default server reads allocates its
+// partitions once, and a topic name once per run of partitions.
+func TestDecodeFetchRequestAllocates(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		topic  func(i int) string
+		allocs float64
+	}{
+		{"empty topics", func(int) string { return "" }, 2},
+		{"one topic", func(int) string { return "orders" }, 3},
+		{"runs of topics", func(i int) string { return []string{"orders", "payments"}[i/100%2] }, 3 + DefaultMaxRequestBytes/(100*28)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &FetchRequest{ClusterID: "c"}
+			for size := 64; size < DefaultMaxRequestBytes-64; size += 22 + len(tc.topic(len(req.Partitions))) {
+				req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: TopicPartition{Topic: tc.topic(len(req.Partitions))}})
+			}
+			frame, err := appendFetchRequestFrame(nil, 1, req)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(frame), DefaultMaxRequestBytes)
+			body := frame[frameHeaderSize:]
+			var got *FetchRequest
+			allocs := testing.AllocsPerRun(3, func() { got, err = decodeFetchRequest(body) })
+			require.NoError(t, err)
+			require.Equal(t, req, got)
+			require.LessOrEqual(t, allocs, tc.allocs)
+			n := allocated(func() { _, _ = decodeFetchRequest(body) })
+			want := uint64(len(req.Partitions))*uint64(unsafe.Sizeof(FetchPartition{})) + uint64(allocs)*64 + 64<<10 // large allocations round to pages
+			require.LessOrEqual(t, n, want, "%d bytes for a body of %d", n, len(body))
+		})
+	}
+}
+
+// A connection idle past IdleTimeout, or whose request body does not
+// arrive within RequestTimeout, is closed.
+func TestTCPServerClosesPinnedConnections(t *testing.T) {
+	checkGoroutines(t)
+	data := testData(1 << 10)
+	h := echoHandler(segmentFile(t, data), data, nil)
+	_, ln := startServer(t, h, TCPOptions{IdleTimeout: 100 * time.Millisecond, RequestTimeout: 10 * time.Second})
+	valid, err := appendFetchRequestFrame(nil, 3, testRequest(2))
+	require.NoError(t, err)
+
+	closedWithin := func(c net.Conn, min, max time.Duration) {
+		t.Helper()
+		start := time.Now()
+		require.NoError(t, c.SetReadDeadline(start.Add(max)))
+		_, err := c.Read(make([]byte, 1))
+		require.ErrorIs(t, err, io.EOF, "the server must close the connection")
+		require.GreaterOrEqual(t, time.Since(start), min)
+	}
+	t.Run("idle", func(t *testing.T) {
+		closedWithin(rawConn(t, ln.Addr().String()), 90*time.Millisecond, 5*time.Second)
+	})
+	t.Run("idle after a request", func(t *testing.T) {
+		c := rawConn(t, ln.Addr().String())
+		_, err := c.Write(valid)
+		require.NoError(t, err)
+		hd, _, err := readRaw(t, c)
+		require.NoError(t, err)
+		require.Equal(t, uint8(msgFetchResponse), hd.typ)
+		closedWithin(c, 50*time.Millisecond, 5*time.Second)
+	})
+	t.Run("trickled header", func(t *testing.T) {
+		c := rawConn(t, ln.Addr().String())
+		_, err := c.Write(valid[:5])
+		require.NoError(t, err)
+		closedWithin(c, 50*time.Millisecond, 5*time.Second)
+	})
+
+	_, ln2 := startServer(t, h, TCPOptions{IdleTimeout: -1, RequestTimeout: 100 * time.Millisecond})
+	t.Run("trickled body", func(t *testing.T) {
+		c := rawConn(t, ln2.Addr().String())
+		_, err := c.Write(valid[:frameHeaderSize+3])
+		require.NoError(t, err)
+		closedWithin(c, 90*time.Millisecond, 5*time.Second)
+	})
+	t.Run("no idle limit", func(t *testing.T) {
+		c := rawConn(t, ln2.Addr().String())
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+		_, err := c.Read(make([]byte, 1))
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the connection stays open")
+	})
+}
+
+// Long polls longer than IdleTimeout do not count as idle time: a busy
+// follower keeps its connection.
+func TestTCPServerKeepsLongPolls(t *testing.T) {
+	checkGoroutines(t)
+	poll := func(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+		select {
+		case <-time.After(time.Duration(req.MaxWaitMs) * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return &FetchResponse{}, nil
+	}
+	_, ln := startServer(t, handlerFunc(poll), TCPOptions{IdleTimeout: 50 * time.Millisecond})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
+	for i := 0; i < 5; i++ {
+		_, err := tr.Fetch(context.Background(), 0, &FetchRequest{MaxWaitMs: 150})
+		require.NoError(t, err)
+		time.Sleep(10 * time.Millisecond) // a follower applying the response
+	}
+	require.Equal(t, int32(1), ln.accepted.Load())
+}
+
+// When the server closed every pooled connection (IdleTimeout), the next
+// fetch redials instead of failing, even with several of them pooled.
+func TestTCPTransportRedialsAfterIdleClose(t *testing.T) {
+	checkGoroutines(t)
+	var calls atomic.Int32
+	var first sync.WaitGroup
+	first.Add(2)
+	both := func(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+		if calls.Add(1) <= 2 { // hold the first two so they use two connections
+			first.Done()
+			first.Wait()
+		}
+		return &FetchResponse{}, nil
+	}
+	s, ln := startServer(t, handlerFunc(both), TCPOptions{IdleTimeout: 100 * time.Millisecond})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{MaxIdleConns: 2})
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := tr.Fetch(context.Background(), 0, &FetchRequest{})
+			errs <- err
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	tr.mu.Lock()
+	require.Len(t, tr.idle[0], 2)
+	tr.mu.Unlock()
+
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.conns) == 0
+	}, 5*time.Second, 5*time.Millisecond, "the server closes idle connections")
+	for i := 0; i < 3; i++ {
+		_, err := tr.Fetch(context.Background(), 0, &FetchRequest{})
+		require.NoError(t, err, "fetch %d", i)
+	}
+	require.Equal(t, int32(3), ln.accepted.Load())
+}
