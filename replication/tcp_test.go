@@ -16,7 +16,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,24 +24,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/replog/replog/internal/leakcheck"
 	"github.com/replog/replog/log"
 )
 
-// checkGoroutines fails the test if it leaves more goroutines running than
-// it found. Call it first, so that its cleanup runs last.
+// checkGoroutines fails the test if goroutines of this module it started
+// still run when it ends (leakcheck.Check). Call it first, so that its
+// cleanup runs last.
 func checkGoroutines(t *testing.T) {
 	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		// Goroutines that were told to stop may take a moment to exit.
-		for i := 0; i < 500 && runtime.NumGoroutine() > before; i++ {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			t.Errorf("%d goroutines before the test, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-		}
-	})
+	leakcheck.Check(t)
 }
 
 type handlerFunc func(ctx context.Context, req *FetchRequest) (*FetchResponse, error)
