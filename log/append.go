@@ -38,12 +38,26 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // (both lie outside the CRC) and the bytes written to the active segment.
 // It returns once the data is in the segment file (page cache) and
 // indexed: offsets are final, and readers can see it. With
-// Options.SyncEveryAppend it also waits for the fsync.
+// Options.SyncEveryAppend (or once Options.SyncEveryMessages is reached)
+// it also waits for the fsync.
 //
-// On error nothing is appended. The caller may reuse batches when Append
-// returns.
+// As Kafka's leader does, every batch must hold at least one record and
+// have a last offset delta of record count - 1 (else ErrInvalidRecord),
+// and a compressed batch is decompressed (with a pooled
+// compression.Local, within compression's default decompressed-size
+// limit) and its records checked like an uncompressed batch's (ErrCorrupt
+// for a corrupt stream or records, ErrBatchTooLarge over the limit).
+//
+// On a validation, producer-state, roll or write error nothing is
+// appended. The one exception is a failed fsync of SyncEveryAppend or
+// SyncEveryMessages, which runs after the write: then the batches are in
+// the log and visible to readers, the returned AppendInfo describes them,
+// and the error wraps ErrSyncFailed. They are not acknowledged as
+// durable, and the Log refuses further appends until it is reopened
+// (recovery then keeps or drops them). The caller may reuse batches when
+// Append returns.
 func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, error) {
-	info, err := l.validateBatches(batches)
+	info, err := l.validateBatches(batches, true)
 	if err != nil {
 		return info, err
 	}
@@ -51,6 +65,9 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, err
 		next := first
 		for rest := batches; len(rest) > 0; {
 			b, r, _ := SplitBatch(rest)
+			if next > math.MaxInt64-1-int64(b.LastOffsetDelta()) {
+				return fmt.Errorf("%w: offsets from %d with last offset delta %d overflow int64", ErrInvalidRecord, next, b.LastOffsetDelta())
+			}
 			b.setBaseOffset(next)
 			b.setLeaderEpoch(leaderEpoch)
 			next += int64(b.LastOffsetDelta()) + 1
@@ -62,11 +79,20 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, err
 
 // AppendAsFollower appends batches that already carry their offsets and
 // leader epochs, as a replica copying its leader does. The first batch's
-// base offset must be at least LogEndOffset and each batch must start
-// after the previous one ends (gaps are allowed, as in compacted Kafka
-// topics); batches are validated but not modified.
+// base offset must be at least LogEndOffset (and not negative) and each
+// batch must start after the previous one ends (gaps are allowed, as in
+// compacted Kafka topics); batches are validated but not modified.
+//
+// Validation is a follower's, more lenient than a leader's as in Kafka:
+// framing, CRC, offsets that fit int64, and the records of uncompressed
+// batches (Validate). A batch may have no records whatever its offset
+// range, and a compressed one a last offset delta above count-1
+// (compaction leaves such batches); compressed bodies are not
+// decompressed: the leader validated them when it appended them. Errors
+// are those of AppendAsLeader; on error nothing is appended, except after
+// a failed SyncEveryAppend or SyncEveryMessages fsync, as there.
 func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
-	info, err := l.validateBatches(batches)
+	info, err := l.validateBatches(batches, false)
 	if err != nil {
 		return info, err
 	}
@@ -85,13 +111,17 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
 }
 
 // validateBatches checks every batch without holding the lock and counts
-// records, bytes and the largest timestamp.
-func (l *Log) validateBatches(batches []byte) (AppendInfo, error) {
+// records, bytes and the largest timestamp. A leader's batches must also
+// pass checkLeaderCounts, and compressed ones are decompressed and their
+// records checked; a follower's must have non-negative base offsets.
+func (l *Log) validateBatches(batches []byte, leader bool) (AppendInfo, error) {
 	var info AppendInfo
 	info.MaxTimestamp = NoTimestamp
 	if len(batches) == 0 {
 		return info, fmt.Errorf("%w: no batches", ErrInvalidRecord)
 	}
+	var scratch *leaderScratch // taken at the first compressed batch
+	defer func() { scratch.release() }()
 	for rest := batches; len(rest) > 0; {
 		b, r, err := SplitBatch(rest)
 		if err != nil {
@@ -102,6 +132,21 @@ func (l *Log) validateBatches(batches []byte) (AppendInfo, error) {
 		}
 		if err := b.Validate(); err != nil {
 			return info, err
+		}
+		if leader {
+			if err := b.checkLeaderCounts(); err != nil {
+				return info, err
+			}
+			if b.CodecID() != 0 {
+				if scratch == nil {
+					scratch = getLeaderScratch()
+				}
+				if err := scratch.checkCompressed(b); err != nil {
+					return info, fmt.Errorf("batch %d: %w", info.Batches, err)
+				}
+			}
+		} else if b.BaseOffset() < 0 {
+			return info, fmt.Errorf("%w: follower batch with negative base offset %d", ErrInvalidRecord, b.BaseOffset())
 		}
 		info.Batches++
 		info.Records += int(b.RecordCount())
@@ -351,7 +396,12 @@ func (l *Log) replaceEmptyActive(base int64) error {
 	l.setSegments(next)
 	l.readMu.Unlock()
 	l.dirDirty.Store(true)
-	l.bg.deleteLater(old)
+	if err := l.bg.deleteLater(old); err != nil {
+		// The segment list no longer matches the directory (the old
+		// segment's files may be partly renamed): refuse writes until a
+		// reopen, whose recovery goes by the files.
+		return l.fail(fmt.Errorf("replog/log: roll: delete empty segment %s: %w", old.path(logSuffix), err))
+	}
 	if len(next) > 1 && next[len(next)-2].next.Load() != base {
 		return l.makeGapDurable(base)
 	}

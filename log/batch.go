@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 )
 
 // Record batch v2 layout: see the package documentation for the diagram.
@@ -162,7 +163,9 @@ func SplitBatch(buf []byte) (Batch, []byte, error) {
 }
 
 // ValidateHeader checks the batch framing and CRC and the header's
-// internal consistency, without looking at the records.
+// internal consistency, without looking at the records: record count and
+// last offset delta not negative, delta at least count-1, offsets that do
+// not overflow int64 (NextOffset must be representable), a known codec.
 func (b Batch) ValidateHeader() error { return b.validateHeader(true) }
 
 // validateHeader is ValidateHeader, with the CRC computed only if crc is
@@ -185,6 +188,9 @@ func (b Batch) validateHeader(crc bool) error {
 	}
 	if count > 0 && delta < count-1 {
 		return fmt.Errorf("%w: last offset delta %d with %d records", ErrCorrupt, delta, count)
+	}
+	if base := b.BaseOffset(); base > math.MaxInt64-1-int64(delta) {
+		return fmt.Errorf("%w: base offset %d plus last offset delta %d overflows int64", ErrCorrupt, base, delta)
 	}
 	if b.CodecID() == 0 && int64(count) > int64(len(b)-BatchHeaderSize)/minRecordSize {
 		return fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrCorrupt, count, len(b)-BatchHeaderSize)
@@ -212,6 +218,22 @@ func (b Batch) Validate() error {
 	}
 	if n > 0 && b.LastOffsetDelta() != n-1 {
 		return fmt.Errorf("%w: last offset delta %d with %d records", ErrCorrupt, b.LastOffsetDelta(), n)
+	}
+	return nil
+}
+
+// checkLeaderCounts applies the rules Kafka's leader applies to a v2 batch
+// from a producer (LogValidator.validateBatch) on top of Validate: at
+// least one record, and a last offset delta of exactly count-1, for
+// compressed batches too. Followers do not apply them: a compacted batch
+// may hold fewer records than its offset range, or none.
+func (b Batch) checkLeaderCounts() error {
+	count, delta := b.RecordCount(), b.LastOffsetDelta()
+	if count <= 0 {
+		return fmt.Errorf("%w: leader batch with %d records", ErrInvalidRecord, count)
+	}
+	if delta != count-1 {
+		return fmt.Errorf("%w: last offset delta %d with %d records", ErrInvalidRecord, delta, count)
 	}
 	return nil
 }

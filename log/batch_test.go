@@ -1,6 +1,7 @@
 package log
 
 import (
+	"bytes"
 	"encoding/binary"
 	"hash/crc32"
 	"math"
@@ -672,6 +673,12 @@ func TestReadVarintLengthLimits(t *testing.T) {
 		{"max int32", zz(nil, math.MaxInt32), 5, math.MaxInt32, true},
 		{"min int32", zz(nil, math.MinInt32), 5, math.MinInt32, true},
 		{"max int32 + 1", zz(nil, math.MaxInt32+1), 5, 0, false},
+		{"max int64", zz(nil, math.MaxInt64), 10, math.MaxInt64, true},
+		{"min int64", zz(nil, math.MinInt64), 10, math.MinInt64, true},
+		{"10th byte 1 (bit 63)", append(bytes.Repeat([]byte{0xff}, 9), 0x01), 10, math.MinInt64, true},
+		{"10th byte 2 overflows", append(bytes.Repeat([]byte{0xff}, 9), 0x02), 10, 0, false},
+		{"10th byte 0x7f overflows", append(bytes.Repeat([]byte{0x80}, 9), 0x7f), 10, 0, false},
+		{"overlong zero with 10th byte 2", append(bytes.Repeat([]byte{0x80}, 9), 0x02), 10, 0, false},
 		{"empty", nil, 5, 0, false},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,9 @@
 package log
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/replog/replog/compression"
 )
@@ -57,5 +59,67 @@ func (it *RecordIterator) ResetBatch(b Batch, local *compression.Local) error {
 		return it.err
 	}
 	it.reset(b, it.decomp)
+	return nil
+}
+
+// maxRetainedScratch is the largest decompression buffer a
+// leaderScratch keeps for reuse; a larger one, made for an unusually big
+// batch, is dropped rather than pinned in the pool.
+const maxRetainedScratch = 4 << 20
+
+// leaderScratch is the per-call decompression context of a leader append
+// that carries compressed batches: a compression.Local (zero value: the
+// default decompressed-size limit) and a reusable output buffer. It comes
+// from leaderScratchPool, so that steady-state appends do not allocate
+// decoders or buffers (DESIGN lesson 3).
+type leaderScratch struct {
+	local compression.Local
+	buf   []byte
+}
+
+// leaderScratchPool holds leaderScratch values between leader appends.
+// Like headerPool it is a cache, not state: any value in it is as good
+// as a new one.
+var leaderScratchPool = sync.Pool{New: func() any { return new(leaderScratch) }}
+
+// getLeaderScratch takes a leaderScratch from the pool; hand it back with
+// release.
+func getLeaderScratch() *leaderScratch { return leaderScratchPool.Get().(*leaderScratch) }
+
+// release returns s to the pool; s may be nil.
+func (s *leaderScratch) release() {
+	if s == nil {
+		return
+	}
+	if cap(s.buf) > maxRetainedScratch {
+		s.buf = nil
+	}
+	leaderScratchPool.Put(s)
+}
+
+// checkCompressed decompresses the records body of the compressed batch b
+// (whose header is valid) and checks the records as Validate checks an
+// uncompressed body (checkRecords), as Kafka's leader does before it
+// accepts a compressed batch. Errors wrap ErrCorrupt (a corrupt stream or
+// records), ErrBatchTooLarge (output over the decompressed-size limit) or
+// ErrInvalidRecord (a stream feature compression does not implement),
+// together with the compression package's sentinel when it found the
+// problem.
+func (s *leaderScratch) checkCompressed(b Batch) error {
+	var err error
+	s.buf, err = s.local.Decompress(s.buf[:0], b.RecordsBody(), compression.Codec(b.CodecID()))
+	if err != nil {
+		kind := ErrCorrupt
+		switch {
+		case errors.Is(err, compression.ErrTooLarge):
+			kind = ErrBatchTooLarge
+		case errors.Is(err, compression.ErrUnsupported), errors.Is(err, compression.ErrUnknownCodec):
+			kind = ErrInvalidRecord
+		}
+		return fmt.Errorf("%w: compressed batch (codec %d): %w", kind, b.CodecID(), err)
+	}
+	if err := checkRecords(s.buf, b.RecordCount()); err != nil {
+		return fmt.Errorf("compressed batch (codec %d): %w", b.CodecID(), err)
+	}
 	return nil
 }

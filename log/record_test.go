@@ -191,6 +191,8 @@ func TestCheckRecordsCases(t *testing.T) {
 		{"negative header count", record(attrs, v(0), v(0), v(-1), v(-1), v(-1), v(0), v(0)), 1, false},
 		{"key longer than the record", record(attrs, v(0), v(0), v(9), v(-1), v(0)), 1, false},
 		{"key length -2", record(attrs, v(0), v(0), v(-2), v(-1), v(0)), 1, false},
+		{"timestamp varlong overflowing 64 bits", record(attrs, append(bytes.Repeat([]byte{0x80}, 9), 0x02), v(0), v(-1), v(-1), v(0)), 1, false},
+		{"timestamp varlong using bit 63", record(attrs, append(bytes.Repeat([]byte{0xff}, 9), 0x01), v(0), v(-1), v(-1), v(0)), 1, true},
 		{"timestamp varint of 11 bytes", record(attrs, bytes.Repeat([]byte{0x80}, 10), []byte{0}, v(0), v(-1), v(-1), v(0)), 1, false},
 		{"offset delta over int32", record(attrs, v(0), v(1<<40), v(-1), v(-1), v(0)), 1, false},
 		{"record length below the minimum", record(attrs, v(0), v(0), v(-1)), 1, false},

@@ -3,8 +3,9 @@ package log
 import "fmt"
 
 // Kafka encodes record fields as zigzag varints: at most 5 bytes for a
-// varint (int32) and 10 for a varlong (int64). Longer encodings, and
-// truncated ones, are corrupt.
+// varint (int32) and 10 for a varlong (int64). Longer encodings, values
+// that overflow the type (a 10th byte above 1, a varint outside int32),
+// and truncated ones, are corrupt.
 
 // appendVarint appends v as a zigzag varint.
 func appendVarint(b []byte, v int64) []byte {
@@ -46,6 +47,11 @@ func readVarintLong(b []byte, maxLen int) (int64, int, error) {
 			return 0, 0, fmt.Errorf("%w: varint longer than %d bytes", ErrCorrupt, maxLen)
 		}
 		c := b[i]
+		if i == 9 && c > 1 {
+			// The 10th byte holds bit 63 only: anything more overflows
+			// 64 bits (binary.Uvarint rejects it the same way).
+			return 0, 0, fmt.Errorf("%w: varint overflows 64 bits", ErrCorrupt)
+		}
 		u |= uint64(c&0x7f) << (7 * uint(i))
 		if c < 0x80 {
 			v := int64(u>>1) ^ -int64(u&1)
