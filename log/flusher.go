@@ -343,35 +343,92 @@ func (f *flusher) forget(s *segment) {
 // deleteLater renames a removed segment's files to *.deleted and removes
 // them after FileDeleteDelay, so that readers holding file regions can
 // finish. Callers hold Log.mu and have taken the segment out of the list.
+// See deleteSegment for what an error leaves.
 func (f *flusher) deleteLater(s *segment) error {
-	f.flushMu.Lock()
-	f.forget(s)
-	f.flushMu.Unlock()
+	_, err := f.deleteSegment(s)
+	return err
+}
+
+// deleteSegment is deleteLater for a segment that may stay in the list
+// if it cannot be deleted. Callers hold Log.mu.
+//
+// The index files are renamed first and the data file last, so that a
+// failed rename leaves the segment its data file: deleteSegment then
+// returns the error with gone false, and the segment may stay in the log
+// (an index file it lost is rebuilt when missing, and rewritten whole by
+// its next flush). Once the data file is renamed, the segment is gone
+// (gone is true, its files are queued for removal) and the caller must
+// take it out of the list; a failure after that fails the log.
+func (f *flusher) deleteSegment(s *segment) (gone bool, err error) {
 	l := f.l
-	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
-		p := s.path(suffix)
-		var err error
-		if cf, ok := s.file.(*cachedFile); ok && suffix == logSuffix {
-			// A Manager's file may be closed and reopened by name behind
-			// the segment: the cache renames it.
-			err = cf.renameFile(l.opts.FS, p+deletedSuffix)
-		} else {
-			err = l.opts.FS.Rename(p, p+deletedSuffix)
-		}
-		if err != nil && !os.IsNotExist(err) {
-			return err
-		}
+	// Under flushMu, so that a roll flush never writes the index files
+	// of a segment being renamed, and only a segment that is gone is
+	// dropped from the pending flushes.
+	f.flushMu.Lock()
+	err = f.renameDeleted(s)
+	if err == nil {
+		f.forget(s)
 	}
-	if err := l.deleteSnapshot(s.base); err != nil {
-		return err
+	f.flushMu.Unlock()
+	if err != nil {
+		return false, err
 	}
-	l.dirDirty.Store(true)
 	l.stats.deleted.Add(1)
 	f.mu.Lock()
 	f.deletions = append(f.deletions, deletion{seg: s, at: l.now().Add(l.opts.FileDeleteDelay)})
 	f.mu.Unlock()
 	f.wake()
+	if err := l.deleteSnapshot(s.base); err != nil {
+		return true, l.fail(err)
+	}
+	return true, nil
+}
+
+// renameDeleted renames s's index files, then its data file, to
+// *.deleted. Callers hold flushMu.
+func (f *flusher) renameDeleted(s *segment) error {
+	l := f.l
+	for _, suffix := range []string{indexSuffix, timeIndexSuffix, logSuffix} {
+		p := s.path(suffix)
+		var err error
+		if suffix == logSuffix {
+			err = l.renameSegmentFile(s.file, p, p+deletedSuffix)
+		} else {
+			err = l.opts.FS.Rename(p, p+deletedSuffix)
+		}
+		if err != nil && !os.IsNotExist(err) {
+			if suffix != indexSuffix {
+				// The index files renamed so far are gone from the
+				// segment, which stays: its indexes' next flush must
+				// write their files whole, not only what is new.
+				rewriteWhole(s.offIdx.index)
+				if suffix == logSuffix {
+					rewriteWhole(s.timeIdx.index)
+				}
+				l.dirDirty.Store(true)
+			}
+			return err
+		}
+	}
+	l.dirDirty.Store(true)
 	return nil
+}
+
+// rewriteWhole makes the next flush of x write its file from the start.
+func rewriteWhole(x *index) {
+	x.mu.Lock()
+	x.dirty = true
+	x.mu.Unlock()
+}
+
+// renameSegmentFile renames a segment's data file f from from to to.
+func (l *Log) renameSegmentFile(f vfs.File, from, to string) error {
+	if cf, ok := f.(*cachedFile); ok {
+		// A Manager's file may be closed and reopened by name behind the
+		// segment: the cache renames it.
+		return cf.renameFile(l.opts.FS, to)
+	}
+	return l.opts.FS.Rename(from, to)
 }
 
 func (f *flusher) nextDeletion() (time.Time, bool) {

@@ -33,7 +33,8 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 	for n+1 < len(segs) && segs[n+1].base <= offset {
 		n++
 	}
-	return l.deleteOldest(n)
+	_, err := l.deleteOldest(n)
+	return err
 }
 
 // ApplyRetention deletes the oldest segments that RetentionBytes or
@@ -82,7 +83,7 @@ func (l *Log) ApplyRetention() (int, error) {
 			return 0, l.fail(err)
 		}
 	}
-	return n, l.deleteOldest(n)
+	return l.deleteOldest(n)
 }
 
 // segmentMaxTimestamp returns the newest timestamp in s, loading its time
@@ -98,20 +99,26 @@ func (l *Log) segmentMaxTimestamp(s *segment) (int64, error) {
 	return s.maxTS.Load(), nil
 }
 
-// deleteOldest removes the first n segments (never the active one).
+// deleteOldest removes the first n segments (never the active one) and
+// returns how many it removed. An error with none removed left the
+// segments as they were; one after a segment was removed fails the log.
 // Callers hold l.mu.
-func (l *Log) deleteOldest(n int) error {
+func (l *Log) deleteOldest(n int) (int, error) {
 	l.producers.truncateHead(l.logStart.Load())
 	if n == 0 {
-		return nil
+		return 0, nil
 	}
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
 	segs := l.segments()
-	for _, s := range segs[:n] {
-		if err := l.bg.deleteLater(s); err != nil {
-			return err
-		}
+	// Oldest first: if one cannot be deleted, the segments left are
+	// still the end of the log, on disk and in the list.
+	gone, err := l.deleteSegments(segs[:n])
+	if gone > 0 {
+		l.setSegments(append([]*segment(nil), segs[gone:]...))
+	}
+	if err != nil {
+		return gone, err
 	}
 	// Snapshots below the new first segment are of no use any more; those
 	// not named by a segment's base offset (written by Close at the log
@@ -119,10 +126,34 @@ func (l *Log) deleteOldest(n int) error {
 	for _, off := range l.snapshots.list() {
 		if off < segs[n].base {
 			if err := l.deleteSnapshot(off); err != nil {
-				return err
+				return gone, l.fail(err)
 			}
 		}
 	}
-	l.setSegments(append([]*segment(nil), segs[n:]...))
-	return nil
+	return gone, nil
+}
+
+// deleteSegments deletes segs with deleteSegment, in the order given, and
+// returns how many of them are gone. It stops at the first error: with
+// none gone the log is as it was and the error is returned as is; once a
+// segment is gone the log is no longer what the call promised, nor what
+// it was, so the error fails the log (sticky: nothing later is
+// acknowledged, and a reopen finds the segments that are left). Callers
+// hold l.mu and readMu, and take the segments that are gone out of the
+// list.
+func (l *Log) deleteSegments(segs []*segment) (int, error) {
+	for i, s := range segs {
+		gone, err := l.bg.deleteSegment(s)
+		if err == nil {
+			continue
+		}
+		if gone {
+			i++
+		}
+		if i > 0 {
+			return i, l.fail(err)
+		}
+		return 0, err
+	}
+	return len(segs), nil
 }

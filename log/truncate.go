@@ -2,6 +2,8 @@ package log
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 )
 
@@ -40,6 +42,22 @@ func (l *Log) TruncateTo(offset int64) error {
 	} else {
 		pos = s.size.Load()
 	}
+	// The later segments go first, newest first: if one cannot be
+	// deleted, what is left is still the start of the log, on disk and in
+	// the list. A failure before any went leaves the log as it was; one
+	// after fails it, as does any failure from here on.
+	later := make([]*segment, 0, len(segs)-i-1)
+	for j := len(segs) - 1; j > i; j-- {
+		later = append(later, segs[j])
+	}
+	if gone, err := l.deleteSegments(later); err != nil {
+		if gone > 0 {
+			left := len(segs) - gone
+			l.setSegments(segs[:left:left])
+		}
+		return err
+	}
+	l.setSegments(segs[: i+1 : i+1])
 	if newLEO < l.logStart.Load() {
 		// The batch holding the log start offset goes: the start follows
 		// the end down, as in Kafka's truncateTo, durably before the data
@@ -49,12 +67,6 @@ func (l *Log) TruncateTo(offset int64) error {
 		}
 		l.logStart.Store(newLEO)
 	}
-	for _, later := range segs[i+1:] {
-		if err := l.bg.deleteLater(later); err != nil {
-			return err
-		}
-	}
-	l.setSegments(segs[: i+1 : i+1])
 	l.bg.flushMu.Lock()
 	l.bg.forget(s) // s is the active segment again
 	l.bg.flushMu.Unlock()
@@ -70,14 +82,19 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.syncDirIfDirty(); err != nil {
 		return l.fail(err)
 	}
-	l.afterTruncation(newLEO)
+	if err := l.afterTruncation(newLEO); err != nil {
+		return l.fail(err)
+	}
 	if err := l.truncateEpochsFromEnd(newLEO); err != nil {
 		return l.fail(err)
 	}
 	if err := l.loadProducerState(newLEO); err != nil {
-		return err
+		return l.fail(err)
 	}
-	return l.syncDirIfDirty()
+	if err := l.syncDirIfDirty(); err != nil {
+		return l.fail(err)
+	}
+	return nil
 }
 
 // truncateSegment cuts s at pos (a batch boundary), fixes its indexes and
@@ -132,8 +149,9 @@ func (l *Log) recomputeTail(s *segment) error {
 	return nil
 }
 
-// afterTruncation lowers the offsets that may now point past the end.
-func (l *Log) afterTruncation(newLEO int64) {
+// afterTruncation lowers the offsets that may now point past the end. An
+// error is from the recovery point's checkpoint, and has failed the log.
+func (l *Log) afterTruncation(newLEO int64) error {
 	l.truncations.add(newLEO)
 	l.leo.Store(newLEO)
 	if l.hw.Load() > newLEO {
@@ -142,13 +160,14 @@ func (l *Log) afterTruncation(newLEO int64) {
 	l.sync.mu.Lock()
 	l.sync.durable = min(l.sync.durable, newLEO)
 	l.sync.mu.Unlock()
+	var err error
 	if rp := l.recoveryPt.Load(); rp > newLEO {
-		base := l.active().base
-		if err := l.writeRecoveryPoint(base); err == nil {
-			l.recoveryPt.Store(base)
-		}
+		// writeRecoveryPoint publishes it once written, and fails the log
+		// if it cannot be.
+		err = l.writeRecoveryPoint(l.active().base)
 	}
 	l.waiters.wake()
+	return err
 }
 
 // TruncateFullyAndStartAt deletes every segment and restarts the log
@@ -166,15 +185,37 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
 	segs := l.segments()
-	for _, s := range segs {
-		if err := l.bg.deleteLater(s); err != nil {
-			return err
-		}
-	}
-	s, err := createSegment(l.seg, offset, l.now())
+	// The new segment's file first, so that if it cannot be created
+	// (disk full) nothing has changed. It gets a temporary name until the
+	// old segments are gone: offset may be the base of one of them, whose
+	// files must stay until then, and Open removes a temporary file that
+	// a crash leaves.
+	name := filepath.Join(l.seg.dir, segmentName(offset)+logSuffix)
+	tmp := name + tmpSuffix
+	f, err := l.seg.openFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
+	// Oldest first: if one cannot be deleted, what is left is still the
+	// end of the log, on disk and in the list. A failure before any went
+	// leaves the log as it was; one after fails it, as does any failure
+	// from here on.
+	if gone, err := l.deleteSegments(segs); err != nil {
+		_ = f.Close()
+		if rerr := l.opts.FS.Remove(tmp); rerr != nil && !os.IsNotExist(rerr) {
+			l.opts.Logger.Warn("replog/log: removing a temporary segment file", "dir", l.dir, "err", rerr)
+		}
+		if gone > 0 && gone < len(segs) {
+			// (With all gone, the list keeps them: it is never empty.)
+			l.setSegments(segs[gone:])
+		}
+		return err
+	}
+	if err := l.renameSegmentFile(f, tmp, name); err != nil {
+		_ = f.Close()
+		return l.fail(err)
+	}
+	s := newEmptySegment(l.seg, offset, f, l.now())
 	l.setJitter(s)
 	l.setSegments([]*segment{s})
 	l.dirDirty.Store(true)
@@ -186,7 +227,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	}
 	for _, off := range l.snapshots.list() {
 		if err := l.deleteSnapshot(off); err != nil {
-			return err
+			return l.fail(err)
 		}
 	}
 	l.producers = newProducerState()
