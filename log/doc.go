@@ -61,13 +61,22 @@
 //   - A failed fsync is sticky: the Log refuses appends and syncs with an
 //     error wrapping ErrSyncFailed until it is reopened, and nothing after
 //     the last successful Sync is reported durable.
-//   - Open after a clean Close reads no segment data. After a crash it
-//     scans the segments from the recovery point on, validating each batch
-//     (framing, magic, CRC, offsets), truncates the log at the first invalid
-//     batch (a torn tail), deletes later segments and rebuilds the indexes.
-//     Missing or invalid index files of other segments are rebuilt when
-//     first used. What a reader sees after recovery is a prefix of what was
-//     appended and contains everything that was synced.
+//   - Open after a clean Close reads no segment data (it trusts the
+//     clean-shutdown marker only if the segment files agree with it).
+//     After a crash it scans the segments from the recovery point on,
+//     validating each batch (framing, magic, CRC, offsets), truncates the
+//     log at the first invalid batch when nothing valid follows it (a torn
+//     tail: a cut batch, zeros or garbage, or a batch holding a zeroed
+//     512-byte sector), deletes later segments and rebuilds the indexes.
+//     If a whole valid batch continuing the offsets follows the invalid
+//     one, the damage is in the middle of the log: Open fails with an error
+//     wrapping ErrCorrupt that names the segment and position, and changes
+//     no file. Options.MaxBatchBytes limits appends only: recovery and
+//     Readers accept any batch that fits in its segment file and matches
+//     its CRC. Missing or invalid index files of other segments are
+//     rebuilt when first used. What a reader sees after recovery is a
+//     prefix of what was appended and contains everything that was
+//     synced.
 //   - Read checks each batch's framing, header fields and offsets; like
 //     Kafka's broker it leaves the CRC, verified when the batch was
 //     appended or recovered, to the consumer (Options.VerifyReadCRC

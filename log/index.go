@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/replog/replog/internal/vfs"
@@ -56,7 +57,7 @@ func (x *index) ensureLoaded(fs vfs.FS, validate func([]byte) error) error {
 	if x.loaded {
 		return nil
 	}
-	data, err := readWholeFile(fs, x.path)
+	data, err := readWholeFileMax(fs, x.path, x.maxFileBytes(fs))
 	if err != nil {
 		return err
 	}
@@ -297,8 +298,36 @@ func validateTimeEntries(data []byte) error {
 	return nil
 }
 
-// readWholeFile reads a small file completely; a missing file is empty.
+// maxFileBytes bounds the size of a valid index file from the size of
+// its segment's .log file: every entry names a distinct batch (the time
+// index adds at most one entry, at roll or Close, and an initial one per
+// segment), and a batch takes at least BatchHeaderSize bytes. This holds
+// whatever Options.MaxIndexBytes was when the file was written, and
+// keeps a damaged or sparse file from making a load allocate more.
+func (x *index) maxFileBytes(fs vfs.FS) int64 {
+	stem := strings.TrimSuffix(strings.TrimSuffix(x.path, indexSuffix), timeIndexSuffix)
+	st, err := fs.Stat(stem + logSuffix)
+	if err != nil {
+		return maxSnapshotBytes // unknown: a generous bound still
+	}
+	return (st.Size()/BatchHeaderSize + 2) * int64(x.entrySize)
+}
+
+// maxSnapshotBytes bounds what readWholeFile reads: producer-state
+// snapshots (a 10-byte header and at most 159 bytes per producer id, so
+// about 420,000 producer ids) and checkpoint files. A larger file is
+// reported as corrupt instead of being allocated for.
+const maxSnapshotBytes = 64 << 20
+
+// readWholeFile reads a small file completely; a missing file is empty. A
+// file of more than maxSnapshotBytes is not read: the error wraps
+// ErrCorrupt.
 func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
+	return readWholeFileMax(fs, path, maxSnapshotBytes)
+}
+
+// readWholeFileMax is readWholeFile for a file of at most limit bytes.
+func readWholeFileMax(fs vfs.FS, path string, limit int64) ([]byte, error) {
 	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -310,6 +339,9 @@ func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%w: %s has %d bytes, more than the %d it can validly hold", ErrCorrupt, path, st.Size(), limit)
 	}
 	data := make([]byte, st.Size())
 	n, err := f.ReadAt(data, 0)

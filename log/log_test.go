@@ -623,8 +623,9 @@ func TestRecoverOnlyLastSegment(t *testing.T) {
 	require.NoError(t, l.Close())
 
 	// Without a recovery point every segment is scanned, and the scan
-	// stops at damage: the log is truncated before the damaged batch,
-	// everything before it intact.
+	// stops at damage. Valid batches follow it, so it is not a torn tail
+	// but damage in the middle of the log: Open fails and changes no file
+	// (S4: acknowledged data is never silently truncated away).
 	img2 := crashCopy(t, fs)
 	require.NoError(t, img2.Remove("/log/"+cleanShutdownFile))
 	require.NoError(t, img2.Remove("/log/"+recoveryPointFile))
@@ -634,10 +635,15 @@ func TestRecoverOnlyLastSegment(t *testing.T) {
 	data[BatchHeaderSize+5] ^= 0xff
 	writeFileFS(t, img2, name, data)
 	opts.FS = img2
-	l = openLog(t, "/log", opts)
-	require.Equal(t, 3, l.Stats().RecoveredSegments, "scanned up to the damage")
-	require.Equal(t, third, l.LogEndOffset())
-	require.Equal(t, want[:third/3], readAllBatches(t, l))
+	before := readFileFS(t, img2, name)
+	_, err = Open("/log", opts)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, segmentName(third)+logSuffix)
+	require.Equal(t, before, readFileFS(t, img2, name), "the damaged segment is untouched")
+	for _, base := range segmentBases(l) {
+		_, err := img2.Stat("/log/" + segmentName(base) + logSuffix)
+		require.NoError(t, err, "segment %d kept", base)
+	}
 }
 
 // logSnapshot is everything a reader can observe of a log.

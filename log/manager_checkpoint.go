@@ -2,6 +2,7 @@ package log
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -158,13 +159,15 @@ func (s *rpStore) read() (cleanFile bool, err error) {
 func (s *rpStore) readFile(name string) (offsets map[string]int64, exists bool, err error) {
 	path := filepath.Join(s.m.dir, name)
 	data, err := readWholeFile(s.m.opts.Log.FS, path)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrCorrupt) { // too large to be one: corrupt
 		return nil, false, err
 	}
-	if data == nil {
+	if err == nil && data == nil {
 		return map[string]int64{}, false, nil
 	}
-	offsets, err = decodeNamedCheckpoint(data)
+	if err == nil {
+		offsets, err = decodeNamedCheckpoint(data)
+	}
 	if err != nil {
 		s.m.opts.Log.Logger.Warn("replog/log: ignoring unreadable checkpoint", "file", path, "err", err)
 		return map[string]int64{}, true, nil

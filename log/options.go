@@ -44,8 +44,9 @@ type Options struct {
 	// MaxIndexBytes is the size at which an offset index is full; the
 	// segment is then rolled.
 	MaxIndexBytes int
-	// MaxBatchBytes is the largest batch accepted by Append (and read
-	// during recovery). It is capped at SegmentBytes.
+	// MaxBatchBytes is the largest batch accepted by Append. It is capped
+	// at SegmentBytes. Recovery and Readers accept larger batches written
+	// under a larger limit.
 	MaxBatchBytes int
 
 	// SyncEveryAppend makes each Append return only after its data was

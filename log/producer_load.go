@@ -23,10 +23,13 @@ func (l *Log) loadProducerState(end int64) error {
 	snaps := l.snapshots.list()
 	for i := len(snaps) - 1; i >= 0; i-- {
 		data, err := readWholeFile(l.opts.FS, l.snapshotPath(snaps[i]))
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrCorrupt) { // too large to be one: corrupt
 			return err
 		}
-		producers, err := decodeSnapshot(data)
+		var producers map[int64]*producerEntry
+		if err == nil {
+			producers, err = decodeSnapshot(data)
+		}
 		if err != nil {
 			l.opts.Logger.Warn("replog/log: deleting unreadable producer snapshot", "dir", l.dir, "err", err)
 			if err := l.deleteSnapshot(snaps[i]); err != nil {

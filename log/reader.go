@@ -26,6 +26,7 @@ type OutOfRangeError struct {
 	LogStartOffset int64 // where the log now starts
 }
 
+// Error describes the offset and the log start offset.
 func (e *OutOfRangeError) Error() string {
 	return fmt.Sprintf("replog/log: offset %d is below the log start offset %d", e.Offset, e.LogStartOffset)
 }
@@ -231,8 +232,22 @@ func (r *Reader) fill(end int64) (retry bool, err error) {
 	}
 	if size := int64(Batch(buf).Size()); size > int64(m) {
 		// The next batch is larger than the buffer: read it whole.
-		if size < BatchHeaderSize || size > avail || size > int64(l.opts.MaxBatchBytes) {
+		if size < BatchHeaderSize || size > avail {
 			return false, fmt.Errorf("%w: batch at position %d of %s claims %d bytes", ErrCorrupt, r.pos, s.path(logSuffix), size)
+		}
+		if size > int64(max(l.opts.MaxBatchBytes, scanChunk)) {
+			// Larger than Append accepts now (Options.MaxBatchBytes may
+			// have been lowered since it was written): allocate for it
+			// only once its bytes, read in chunks, match its CRC, so a
+			// damaged length field cannot make the Reader allocate up to
+			// the segment's size.
+			ok, err := batchCRCMatches(s.file, r.pos, size, Batch(buf).CRC(), make([]byte, scanChunk))
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				return false, fmt.Errorf("%w: batch at position %d of %s claims %d bytes, which do not match its CRC", ErrCorrupt, r.pos, s.path(logSuffix), size)
+			}
 		}
 		r.buf = make([]byte, size)
 		if m, err = s.readAt(r.buf, r.pos); err != nil {

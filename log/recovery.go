@@ -1,7 +1,10 @@
 package log
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -62,9 +65,20 @@ func (l *Log) load() error {
 	for i, s := range segs[:len(segs)-1] {
 		s.next.Store(segs[i+1].base)
 	}
+	if clean && fresh {
+		// A marker without any segment file describes some other state
+		// of the directory (segments lost or removed): do not trust it.
+		l.opts.Logger.Warn("replog/log: clean-shutdown marker but no segment; recovering", "dir", l.dir, "marker", marker)
+		clean = false
+	}
 	switch {
 	case clean:
 		err = l.loadClean(marker)
+		if errors.Is(err, errUntrustedMarker) {
+			l.opts.Logger.Warn("replog/log: clean-shutdown marker disagrees with the segments; recovering", "dir", l.dir, "err", err)
+			clean = false
+			err = l.recover(rp)
+		}
 	case fresh:
 		err = l.loadFresh(rpLeft && (rp != segs[0].base || !ok))
 	default:
@@ -204,17 +218,36 @@ func readCleanShutdown(fs vfs.FS, path string) (leo int64, ok bool, err error) {
 	return readOffsetCheckpoint(fs, path)
 }
 
+// errUntrustedMarker reports a clean-shutdown marker that disagrees with
+// the segment files; load then recovers as after a crash.
+var errUntrustedMarker = errors.New("replog/log: clean-shutdown marker disagrees with the active segment")
+
 // loadClean trusts the files of a cleanly closed log: it reads the active
-// segment's index files but no segment data.
+// segment's index files but no segment data. It returns an error wrapping
+// errUntrustedMarker when what it can check without reading data
+// contradicts leo, the marker's log end offset: leo below the active
+// segment's base, an empty active segment not ending at its base or a
+// non-empty one ending there, or index entries at or past leo.
 func (l *Log) loadClean(leo int64) error {
 	act := l.active()
-	if leo < act.base {
-		return fmt.Errorf("%w: clean-shutdown marker offset %d below active segment %d", ErrCorrupt, leo, act.base)
+	size := act.size.Load()
+	switch {
+	case leo < act.base:
+		return fmt.Errorf("%w: marker offset %d below active segment %d", errUntrustedMarker, leo, act.base)
+	case (size == 0) != (leo == act.base):
+		return fmt.Errorf("%w: marker offset %d, active segment %d holds %d bytes", errUntrustedMarker, leo, act.base, size)
 	}
 	act.next.Store(leo)
 	if err := act.loadIndexes(l.opts.MaxBatchBytes); err != nil {
 		return err
 	}
+	if ts, rel, ok := act.timeIdx.last(); ok && act.base+int64(rel) >= leo {
+		return fmt.Errorf("%w: marker offset %d, time index entry (%d, %d) past it", errUntrustedMarker, leo, ts, act.base+int64(rel))
+	}
+	if rel, _, ok := act.offIdx.lookupEntry(math.MaxInt32); ok && act.base+int64(rel) >= leo {
+		return fmt.Errorf("%w: marker offset %d, offset index entry %d past it", errUntrustedMarker, leo, act.base+int64(rel))
+	}
+	act.next.Store(leo) // a rebuild of missing indexes sets it
 	l.loadSegmentMeta(act)
 	return nil
 }
@@ -236,10 +269,14 @@ func (l *Log) loadFresh(staleRP bool) error {
 	return nil
 }
 
-// loadSegmentMeta sets a segment's max timestamp from its time index.
+// loadSegmentMeta sets a segment's max timestamp from its time index,
+// unless one is known already (the appender may have stored a newer one).
+// It writes the appender's relOfMaxTS, so callers must exclude the
+// appender and each other: load runs before the Log is shared, retention
+// holds l.mu. Readers use timeIndexMaxTimestamp instead, which stores
+// nothing.
 func (l *Log) loadSegmentMeta(s *segment) {
-	if ts, rel, ok := s.timeIdx.last(); ok {
-		s.maxTS.Store(ts)
+	if ts, rel, ok := s.timeIdx.last(); ok && s.maxTS.CompareAndSwap(NoTimestamp, ts) {
 		s.relOfMaxTS = rel
 	}
 }
@@ -269,13 +306,45 @@ func (l *Log) recover(rp int64) error {
 			return res.err // a failed read is no reason to truncate
 		}
 		if res.invalid != nil {
-			if res.validAfter {
-				l.opts.Logger.Warn("replog/log: corrupt batch followed by valid data", "dir", l.dir, "err", res.invalid)
+			validAfter := res.validAfter
+			if !validAfter && res.tailNext >= 0 && i+1 < len(segs) {
+				var err error
+				if validAfter, err = l.segmentStartsWith(segs[i+1], res.tailNext); err != nil {
+					return err
+				}
+			}
+			if validAfter {
+				// Valid data follows the damage: this is no torn tail
+				// but damage in the middle of the log, and truncating
+				// would silently drop the data after it, acknowledged
+				// data included. Leave the files as they are for the
+				// operator to decide.
+				return fmt.Errorf("replog/log: recovery found an invalid batch followed by valid data in segment %s at position %d; not truncating: %w",
+					s.path(logSuffix), res.validEnd, res.invalid)
 			}
 			return l.truncateRecovered(segs, first, i, res.validEnd, res.invalid)
 		}
 	}
 	return l.syncRecovered(segs[first:])
+}
+
+// segmentStartsWith reports whether s's first batch is whole and valid
+// (CRC included) and starts at or after offset from, with s.base == from:
+// the log continues in s after an invalid last batch of the segment
+// before, which then is no torn tail.
+func (l *Log) segmentStartsWith(s *segment, from int64) (bool, error) {
+	if s.base != from {
+		return false, nil
+	}
+	sc := newBatchScanner(s, l.opts.MaxBatchBytes)
+	b, _, err := sc.next()
+	if err != nil {
+		if errors.Is(err, ErrCorrupt) || errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		return false, err
+	}
+	return s.checkContinues(b, from) == nil, nil
 }
 
 // truncateRecovered cuts segment i at pos and deletes every later segment;

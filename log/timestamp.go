@@ -14,8 +14,9 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset int64, ok bool, err error) {
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
 	start := l.logStart.Load()
-	for _, s := range l.segments() {
-		maxTS, err := l.segmentMaxTimestamp(s)
+	segs := l.segments()
+	for _, s := range segs {
+		maxTS, err := l.readerMaxTimestamp(s, s == segs[len(segs)-1])
 		if err != nil {
 			return 0, false, err
 		}
@@ -28,6 +29,29 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset int64, ok bool, err error) {
 		}
 	}
 	return 0, false, nil
+}
+
+// readerMaxTimestamp returns the newest timestamp in s for a caller that
+// holds only readMu: unlike segmentMaxTimestamp it stores nothing in s
+// (whose max timestamp the appender, or retention under l.mu, may be
+// setting at the same time). The active segment's max timestamp is kept
+// by the appender: NoTimestamp there means no record has a timestamp, and
+// its time index is not consulted.
+func (l *Log) readerMaxTimestamp(s *segment, active bool) (int64, error) {
+	if ts := s.maxTS.Load(); ts != NoTimestamp || active {
+		return ts, nil
+	}
+	if err := s.loadIndexes(l.opts.MaxBatchBytes); err != nil {
+		return NoTimestamp, err
+	}
+	if ts := s.maxTS.Load(); ts != NoTimestamp {
+		return ts, nil // a rebuild of the indexes set it
+	}
+	ts, _, ok := s.timeIdx.last()
+	if !ok {
+		return NoTimestamp, nil
+	}
+	return ts, nil
 }
 
 // offsetForTimestampIn searches one segment, from its time index entry.
