@@ -367,7 +367,7 @@ func (m *Manager) Delete(name string) error {
 
 // ManagerStats is a snapshot of a Manager.
 type ManagerStats struct {
-	Logs      int
+	Logs      int   // logs open in the Manager
 	OpenFiles int   // segment files open in the shared cache
 	FileOpens int64 // segment file opens so far (cache misses)
 	Bytes     int64 // sum of all logs' sizes
