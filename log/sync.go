@@ -40,7 +40,10 @@ func (l *Log) DurableOffset() int64 {
 // of segments created since the last sync. Concurrent callers share
 // fsyncs (group commit). A failed fsync is sticky: this and every later
 // Sync and Append return an error wrapping ErrSyncFailed until the Log is
-// reopened.
+// reopened. Like os.File.Sync it takes no context: it waits only for
+// fsyncs, its own or the one in progress that it shares, which the disk
+// bounds and which cannot be stopped halfway; a caller that must give up
+// earlier can wait for it in a goroutine.
 func (l *Log) Sync() error {
 	if err := l.failure(); err != nil {
 		return err
