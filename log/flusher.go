@@ -247,7 +247,11 @@ func (f *flusher) flushRolled() error {
 	f.prepareSpare()
 	for _, r := range pending {
 		s := r.seg
-		l.releasePreallocated(s)
+		// A segment that filled its allocation keeps the few KiB past
+		// its end: releasing them would cost a truncation, and on
+		// filesystems mounted with discard a synchronous discard, at
+		// every roll.
+		l.releasePreallocated(s, max(64<<10, l.opts.PreallocateBytes/16))
 		if err := s.flushIndexes(true); err != nil {
 			return l.fail(err)
 		}

@@ -195,7 +195,7 @@ func (l *Log) cleanShutdown() error {
 		return err
 	}
 	act := l.active()
-	l.releasePreallocated(act)
+	l.releasePreallocated(act, 0)
 	if err := l.syncData(); err != nil {
 		return l.fail(err)
 	}

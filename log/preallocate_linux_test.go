@@ -43,7 +43,9 @@ func TestPreallocatedSegments(t *testing.T) {
 	require.Zero(t, st.Size())
 
 	// Roll into the spare, write a little, and roll again: the flush of
-	// that short segment releases its unused space.
+	// that short segment releases its unused space. The first segment,
+	// full, keeps the little it did not use (no truncation at every roll).
+	first := l.active()
 	before := len(l.segments())
 	for len(l.segments()) == before {
 		_, err := l.Append(batch())
@@ -62,6 +64,8 @@ func TestPreallocatedSegments(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return l.RecoveryPoint() >= next }, 10*time.Second, time.Millisecond)
 	require.Less(t, allocatedBytes(t, short.path(logSuffix)), short.size.Load()+64<<10, "the roll flush released the rest")
+	require.Less(t, segBytes-first.size.Load(), int64(64<<10), "the first segment is full")
+	require.GreaterOrEqual(t, allocatedBytes(t, first.path(logSuffix)), int64(segBytes), "a full segment's tail is kept")
 
 	act := l.active()
 	require.Same(t, nextSpare, act.file, "the roll took the new spare")

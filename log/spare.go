@@ -109,15 +109,17 @@ func (f *flusher) dropSpare() {
 
 // releasePreallocated frees the disk space allocated past the end of s's
 // data (Options.PreallocateBytes) by truncating s's file to its size,
-// once s is full (its roll flush) or at Close. The data is untouched, so
-// a failure only costs the space, and the log goes on. The roll flush
+// once s is full (its roll flush) or at Close, if at least minUnused
+// bytes of the allocation went unused. The data is untouched, so a
+// failure only costs the space, and the log goes on. The roll flush
 // calls it under flushMu, which a truncation of s waits for; Close under
 // Log.mu, with the flusher stopped.
-func (l *Log) releasePreallocated(s *segment) {
-	if l.opts.PreallocateBytes <= 0 {
+func (l *Log) releasePreallocated(s *segment, minUnused int64) {
+	size := s.size.Load()
+	if l.opts.PreallocateBytes <= 0 || l.opts.PreallocateBytes-size < max(minUnused, 1) {
 		return
 	}
-	if err := s.file.Truncate(s.size.Load()); err != nil {
+	if err := s.file.Truncate(size); err != nil {
 		l.opts.Logger.Warn("replog/log: releasing a segment's preallocated space", "segment", s.path(logSuffix), "err", err)
 	}
 }
