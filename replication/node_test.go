@@ -595,6 +595,30 @@ func (g *syncGate) Inject(op vfs.Op) vfs.Fault {
 	return vfs.Fault{}
 }
 
+// newGatedLeader returns a Replicator leading ntp at epoch 1 with ISR
+// {0, 1} on a log whose fsyncs gate can hold, and release, which lets a
+// held fsync go (once; the test's cleanup calls it too, before Close
+// waits for the fsync).
+func newGatedLeader(t *testing.T) (*Replicator, *log.Log, *syncGate, func()) {
+	t.Helper()
+	gate := &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(gate.release) }) }
+	l, err := log.Open("/log", log.Options{FS: vfs.NewErrorFS(vfs.NewMem(), gate)})
+	require.NoError(t, err)
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c", MinInsyncReplicas: 2}, idleTransport{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		release()
+		require.NoError(t, r.Close())
+		require.NoError(t, l.Close())
+	})
+	require.NoError(t, r.AddPartition(ntp, l))
+	both := []int32{0, 1}
+	require.NoError(t, r.BecomeLeader(ntp, 1, both, both))
+	return r, l, gate, release
+}
+
 type idleTransport struct{}
 
 func (idleTransport) Fetch(ctx context.Context, _ int32, _ *FetchRequest) (*FetchResponse, error) {
@@ -610,21 +634,8 @@ func (idleTransport) Fetch(ctx context.Context, _ int32, _ *FetchRequest) (*Fetc
 // with the partition lock held, so the Produce sees the follower's high
 // watermark when it gets the lock.
 func TestProduceFailsWhenLeadershipIsLostBeforeTheHighWatermark(t *testing.T) {
-	gate := &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
-	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(gate.release) }) }
-	l, err := log.Open("/log", log.Options{FS: vfs.NewErrorFS(vfs.NewMem(), gate)})
-	require.NoError(t, err)
-	r, err := New(Config{ReplicaID: 0, ClusterID: "c", MinInsyncReplicas: 2}, idleTransport{})
-	require.NoError(t, err)
-	defer func() {
-		require.NoError(t, r.Close())
-		require.NoError(t, l.Close())
-	}()
-	defer release() // on failure, before Close waits for the held fsync
-	require.NoError(t, r.AddPartition(ntp, l))
+	r, l, gate, release := newGatedLeader(t)
 	both := []int32{0, 1}
-	require.NoError(t, r.BecomeLeader(ntp, 1, both, both))
 
 	type result struct {
 		info log.AppendInfo

@@ -20,22 +20,7 @@ import (
 // never fetched the batch (regression: the stopped partition's ISR was
 // kept, with no follower states, and counted as the leader alone).
 func TestStopPartitionDuringProduceKeepsTheHighWatermark(t *testing.T) {
-	gate := &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
-	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(gate.release) }) }
-	l, err := log.Open("/log", log.Options{FS: vfs.NewErrorFS(vfs.NewMem(), gate)})
-	require.NoError(t, err)
-	r, err := New(Config{ReplicaID: 0, ClusterID: "c", MinInsyncReplicas: 2}, idleTransport{})
-	require.NoError(t, err)
-	defer func() {
-		require.NoError(t, r.Close())
-		require.NoError(t, l.Close())
-	}()
-	defer release()
-	require.NoError(t, r.AddPartition(ntp, l))
-	both := []int32{0, 1}
-	require.NoError(t, r.BecomeLeader(ntp, 1, both, both))
-
+	r, l, gate, release := newGatedLeader(t)
 	done := make(chan error, 1)
 	gate.armed.Store(true)
 	go func() {
