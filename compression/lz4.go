@@ -84,45 +84,18 @@ func (l *Local) unlz4(dst, src []byte) ([]byte, error) {
 // and returns the rest of src. start is where the output of this
 // Decompress call began in dst: the limit applies from there.
 //
-// Each compressed block is decoded by lz4.UncompressBlock straight into
-// dst's spare capacity; the frame layer adds a few comparisons per block.
-// The window handed to the block decoder is never longer than the block
-// maximum, lz4MaxRatio times the block's stored size, or what is left under
-// the limit, so a bomb fails after at most the limit has been allocated. A
-// block that does not decode into what the limit leaves, though it might
-// into a full window, fails with ErrTooLarge (it may be corrupt as well).
+// Each block is decoded by lz4AppendBlock straight into dst's spare
+// capacity, never past what the limit leaves, so a bomb fails after at most
+// the limit has been allocated.
 func (l *Local) lz4Frame(dst, src []byte, start int) ([]byte, []byte, error) {
 	limit := l.MaxDecompressedSize()
-	if len(src) < 7 {
-		return dst, src, fmt.Errorf("%w: lz4: truncated frame header", ErrCorrupt)
-	}
-	flg, bd := src[4], src[5]
-	if flg&lz4FlagVersion != 0x40 {
-		return dst, src, fmt.Errorf("%w: lz4: frame version %d", ErrCorrupt, flg>>6)
-	}
-	if flg&lz4FlagReserved != 0 || bd&lz4BDReserved != 0 {
-		return dst, src, fmt.Errorf("%w: lz4: reserved bits set in FLG %#02x BD %#02x", ErrCorrupt, flg, bd)
-	}
-	if flg&lz4FlagDictID != 0 {
-		return dst, src, fmt.Errorf("%w: lz4: dictionary id", ErrUnsupported)
-	}
-	blockMax, ok := lz4BlockMax(bd)
-	if !ok {
-		return dst, src, fmt.Errorf("%w: lz4: block size id %d", ErrCorrupt, bd>>4)
-	}
-	hc := 6 // index of the header checksum
-	if flg&lz4FlagContentSize != 0 {
-		hc += 8
-	}
-	if len(src) <= hc {
-		return dst, src, fmt.Errorf("%w: lz4: truncated frame header", ErrCorrupt)
-	}
-	if byte(xxh32(src[4:hc], 0)>>8) != src[hc] {
-		return dst, src, fmt.Errorf("%w: lz4: header checksum", ErrCorrupt)
+	h, err := lz4ParseHeader(src)
+	if err != nil {
+		return dst, src, err
 	}
 	frameStart := len(dst)
 	contentSize := int64(-1)
-	if flg&lz4FlagContentSize != 0 {
+	if h.flg&lz4FlagContentSize != 0 {
 		cs := binary.LittleEndian.Uint64(src[6:])
 		if cs > uint64(limit-(len(dst)-start)) {
 			return dst, src, l.tooLarge(LZ4)
@@ -132,76 +105,158 @@ func (l *Local) lz4Frame(dst, src []byte, start int) ([]byte, []byte, error) {
 		need := int(min(cs, uint64(len(src))*lz4MaxRatio))
 		dst = grow(dst, need, limit-(len(dst)-start))
 	}
-	independent := flg&lz4FlagIndependent != 0
-	blockSum := flg&lz4FlagBlockSum != 0
-	p := hc + 1
+	p := h.size
 	for {
-		if len(src)-p < 4 {
-			return dst, src, fmt.Errorf("%w: lz4: truncated block", ErrCorrupt)
+		bs, block, next, err := lz4ReadBlock(src, p, h)
+		if err != nil {
+			return dst, src, err
 		}
-		bs := binary.LittleEndian.Uint32(src[p:])
-		p += 4
+		p = next
 		if bs == 0 {
 			break // end mark
 		}
-		n := int(bs &^ lz4Uncompressed)
-		if n > blockMax || n > len(src)-p {
-			return dst, src, fmt.Errorf("%w: lz4: block of %d bytes, maximum %d, %d left", ErrCorrupt, n, blockMax, len(src)-p)
-		}
-		block := src[p : p+n]
-		p += n
-		if blockSum {
-			if len(src)-p < 4 {
-				return dst, src, fmt.Errorf("%w: lz4: truncated block checksum", ErrCorrupt)
-			}
-			if xxh32(block, 0) != binary.LittleEndian.Uint32(src[p:]) {
-				return dst, src, fmt.Errorf("%w: lz4: block checksum", ErrCorrupt)
-			}
-			p += 4
-		}
-		room := limit - (len(dst) - start)
-		if bs&lz4Uncompressed != 0 {
-			if n > room {
-				return dst, src, l.tooLarge(LZ4)
-			}
-			dst = append(grow(dst, n, room), block...)
-			continue
-		}
-		bound := min(blockMax, n*lz4MaxRatio)
-		w := min(bound, room)
-		dst = grow(dst, w, room)
-		out := dst[len(dst) : len(dst)+w]
-		var k int
-		var err error
-		if independent {
-			k, err = lz4.UncompressBlock(block, out)
-		} else {
-			dict := dst[max(frameStart, len(dst)-lz4Window):]
-			k, err = lz4.UncompressBlockWithDict(block, out, dict)
-		}
+		dst, err = l.lz4AppendBlock(dst, block, bs, h, frameStart, limit-(len(dst)-start))
 		if err != nil {
-			if w < bound {
-				// The block may decode to more than the limit leaves: whether
-				// it is also corrupt is not worth another decode to find out.
-				return dst, src, fmt.Errorf("%w: lz4: block does not decode within the limit: %w", l.tooLarge(LZ4), err)
-			}
-			return dst, src, corrupt(LZ4, err)
+			return dst, src, err
 		}
-		dst = dst[:len(dst)+k]
 	}
-	if flg&lz4FlagContentSum != 0 {
+	if p, err = lz4CheckContent(dst[frameStart:], src, p, h.flg, contentSize); err != nil {
+		return dst, src, err
+	}
+	return dst, src[p:], nil
+}
+
+// lz4Header is what lz4Frame needs of an LZ4 frame header.
+type lz4Header struct {
+	flg      byte // the FLG byte
+	blockMax int  // the maximum block size the BD byte declares
+	size     int  // bytes of the header, magic and header checksum included
+}
+
+// lz4ParseHeader checks the header of the LZ4 frame at the start of src,
+// whose magic number has been read: version, reserved bits, block size
+// and header checksum. Dictionary ids are ErrUnsupported.
+func lz4ParseHeader(src []byte) (lz4Header, error) {
+	if len(src) < 7 {
+		return lz4Header{}, fmt.Errorf("%w: lz4: truncated frame header", ErrCorrupt)
+	}
+	flg, bd := src[4], src[5]
+	if flg&lz4FlagVersion != 0x40 {
+		return lz4Header{}, fmt.Errorf("%w: lz4: frame version %d", ErrCorrupt, flg>>6)
+	}
+	if flg&lz4FlagReserved != 0 || bd&lz4BDReserved != 0 {
+		return lz4Header{}, fmt.Errorf("%w: lz4: reserved bits set in FLG %#02x BD %#02x", ErrCorrupt, flg, bd)
+	}
+	if flg&lz4FlagDictID != 0 {
+		return lz4Header{}, fmt.Errorf("%w: lz4: dictionary id", ErrUnsupported)
+	}
+	blockMax, ok := lz4BlockMax(bd)
+	if !ok {
+		return lz4Header{}, fmt.Errorf("%w: lz4: block size id %d", ErrCorrupt, bd>>4)
+	}
+	hc := 6 // index of the header checksum
+	if flg&lz4FlagContentSize != 0 {
+		hc += 8
+	}
+	if len(src) <= hc {
+		return lz4Header{}, fmt.Errorf("%w: lz4: truncated frame header", ErrCorrupt)
+	}
+	if byte(xxh32(src[4:hc], 0)>>8) != src[hc] {
+		return lz4Header{}, fmt.Errorf("%w: lz4: header checksum", ErrCorrupt)
+	}
+	return lz4Header{flg: flg, blockMax: blockMax, size: hc + 1}, nil
+}
+
+// lz4ReadBlock reads the block of frame h at src[p:] and checks its block
+// checksum if the frame has them. It returns the block's size field (0 for
+// the end mark, lz4Uncompressed set for a stored block), the block's bytes,
+// and the index in src after the block and its checksum.
+func lz4ReadBlock(src []byte, p int, h lz4Header) (uint32, []byte, int, error) {
+	if len(src)-p < 4 {
+		return 0, nil, p, fmt.Errorf("%w: lz4: truncated block", ErrCorrupt)
+	}
+	bs := binary.LittleEndian.Uint32(src[p:])
+	p += 4
+	if bs == 0 {
+		return 0, nil, p, nil // end mark
+	}
+	n := int(bs &^ lz4Uncompressed)
+	if n > h.blockMax || n > len(src)-p {
+		return 0, nil, p, fmt.Errorf("%w: lz4: block of %d bytes, maximum %d, %d left", ErrCorrupt, n, h.blockMax, len(src)-p)
+	}
+	block := src[p : p+n]
+	p += n
+	if h.flg&lz4FlagBlockSum != 0 {
 		if len(src)-p < 4 {
-			return dst, src, fmt.Errorf("%w: lz4: truncated content checksum", ErrCorrupt)
+			return 0, nil, p, fmt.Errorf("%w: lz4: truncated block checksum", ErrCorrupt)
 		}
-		if xxh32(dst[frameStart:], 0) != binary.LittleEndian.Uint32(src[p:]) {
-			return dst, src, fmt.Errorf("%w: lz4: content checksum", ErrCorrupt)
+		if xxh32(block, 0) != binary.LittleEndian.Uint32(src[p:]) {
+			return 0, nil, p, fmt.Errorf("%w: lz4: block checksum", ErrCorrupt)
 		}
 		p += 4
 	}
-	if contentSize >= 0 && int64(len(dst)-frameStart) != contentSize {
-		return dst, src, fmt.Errorf("%w: lz4: content size %d, frame declares %d", ErrCorrupt, len(dst)-frameStart, contentSize)
+	return bs, block, p, nil
+}
+
+// lz4AppendBlock appends the content of one block of frame h, whose size
+// field is bs, to dst. frameStart is where the frame's content began in
+// dst (linked blocks take their dictionary from there on); room is what
+// the limit leaves.
+//
+// A compressed block is decoded by lz4.UncompressBlock straight into dst's
+// spare capacity. The window handed to the block decoder is never longer
+// than the block maximum, lz4MaxRatio times the block's stored size, or
+// room. A block that does not decode into room, though it might into a
+// full window, fails with ErrTooLarge (it may be corrupt as well).
+func (l *Local) lz4AppendBlock(dst, block []byte, bs uint32, h lz4Header, frameStart, room int) ([]byte, error) {
+	n := len(block)
+	if bs&lz4Uncompressed != 0 {
+		if n > room {
+			return dst, l.tooLarge(LZ4)
+		}
+		return append(grow(dst, n, room), block...), nil
 	}
-	return dst, src[p:], nil
+	bound := min(h.blockMax, n*lz4MaxRatio)
+	w := min(bound, room)
+	dst = grow(dst, w, room)
+	out := dst[len(dst) : len(dst)+w]
+	var k int
+	var err error
+	if h.flg&lz4FlagIndependent != 0 {
+		k, err = lz4.UncompressBlock(block, out)
+	} else {
+		dict := dst[max(frameStart, len(dst)-lz4Window):]
+		k, err = lz4.UncompressBlockWithDict(block, out, dict)
+	}
+	if err != nil {
+		if w < bound {
+			// The block may decode to more than the limit leaves: whether
+			// it is also corrupt is not worth another decode to find out.
+			return dst, fmt.Errorf("%w: lz4: block does not decode within the limit: %w", l.tooLarge(LZ4), err)
+		}
+		return dst, corrupt(LZ4, err)
+	}
+	return dst[:len(dst)+k], nil
+}
+
+// lz4CheckContent checks a frame's decoded content against the content
+// checksum at src[p:], if flg declares one, and against contentSize, if
+// the header declared it (not negative). It returns the index in src after
+// the frame.
+func lz4CheckContent(content, src []byte, p int, flg byte, contentSize int64) (int, error) {
+	if flg&lz4FlagContentSum != 0 {
+		if len(src)-p < 4 {
+			return p, fmt.Errorf("%w: lz4: truncated content checksum", ErrCorrupt)
+		}
+		if xxh32(content, 0) != binary.LittleEndian.Uint32(src[p:]) {
+			return p, fmt.Errorf("%w: lz4: content checksum", ErrCorrupt)
+		}
+		p += 4
+	}
+	if contentSize >= 0 && int64(len(content)) != contentSize {
+		return p, fmt.Errorf("%w: lz4: content size %d, frame declares %d", ErrCorrupt, len(content), contentSize)
+	}
+	return p, nil
 }
 
 // lz4 appends src to dst as one LZ4 frame as Kafka writes it: the header

@@ -35,10 +35,9 @@ const (
 )
 
 // zstdBound returns an upper bound of the decompressed size of the zstd
-// frames in src, read from their headers alone: a frame's content size if
-// declared, otherwise the sum over its blocks of a raw or RLE block's size
-// and 128 KiB per compressed block. It walks the block headers without
-// decoding anything; malformed structure is ErrCorrupt.
+// frames in src, read from their headers alone: the sum of zstdFrameBound
+// over the frames (skippable frames count nothing). It walks the block
+// headers without decoding anything; malformed structure is ErrCorrupt.
 func zstdBound(src []byte) (uint64, error) {
 	var total uint64
 	for len(src) > 0 {
@@ -56,70 +55,104 @@ func zstdBound(src []byte) (uint64, error) {
 		if magic != zstdMagic {
 			return 0, fmt.Errorf("%w: zstd: bad magic %#08x", ErrCorrupt, magic)
 		}
-		if len(src) < 5 {
-			return 0, fmt.Errorf("%w: zstd: truncated frame header", ErrCorrupt)
+		frame, rest, err := zstdFrameBound(src[4:])
+		if err != nil {
+			return 0, err
 		}
-		fhd := src[4]
-		src = src[5:]
-		single := fhd&0x20 != 0
-		skip := [4]int{0, 1, 2, 4}[fhd&3] // dictionary id
-		if !single {
-			skip++ // window descriptor
-		}
-		fcsLen := [4]int{0, 2, 4, 8}[fhd>>6]
-		if fcsLen == 0 && single {
-			fcsLen = 1
-		}
-		if len(src) < skip+fcsLen {
-			return 0, fmt.Errorf("%w: zstd: truncated frame header", ErrCorrupt)
-		}
-		fcs := uint64(math.MaxUint64)
-		switch b := src[skip : skip+fcsLen]; fcsLen {
-		case 1:
-			fcs = uint64(b[0])
-		case 2:
-			fcs = uint64(binary.LittleEndian.Uint16(b)) + 256
-		case 4:
-			fcs = uint64(binary.LittleEndian.Uint32(b))
-		case 8:
-			fcs = binary.LittleEndian.Uint64(b)
-		}
-		src = src[skip+fcsLen:]
-		var frame uint64
-		for last := false; !last; {
-			if len(src) < 3 {
-				return 0, fmt.Errorf("%w: zstd: truncated block header", ErrCorrupt)
-			}
-			bh := uint32(src[0]) | uint32(src[1])<<8 | uint32(src[2])<<16
-			src = src[3:]
-			last = bh&1 != 0
-			size := int(bh >> 3)
-			stored := size // bytes of input the block takes
-			switch bh >> 1 & 3 {
-			case 0: // raw
-				frame += uint64(size)
-			case 1: // RLE
-				frame += uint64(size)
-				stored = 1
-			case 2: // compressed
-				frame += zstdMaxBlock
-			default:
-				return 0, fmt.Errorf("%w: zstd: reserved block type", ErrCorrupt)
-			}
-			if len(src) < stored {
-				return 0, fmt.Errorf("%w: zstd: truncated block", ErrCorrupt)
-			}
-			src = src[stored:]
-		}
-		if fhd&0x04 != 0 { // content checksum
-			if len(src) < 4 {
-				return 0, fmt.Errorf("%w: zstd: truncated checksum", ErrCorrupt)
-			}
-			src = src[4:]
-		}
-		total += min(frame, fcs) // no overflow: frame <= 2^21 * len(src)
+		total += frame // no overflow: frame <= 2^21 * len(src)
+		src = rest
 	}
 	return total, nil
+}
+
+// zstdFrameBound returns an upper bound of the decompressed size of the
+// zstd frame at the start of src (after the magic number), and the rest of
+// src after the frame. The bound is zstdBlocksBound of its blocks, or the
+// frame's content size if the header declares a smaller one.
+func zstdFrameBound(src []byte) (uint64, []byte, error) {
+	fhd, fcs, src, err := zstdFrameHeader(src)
+	if err != nil {
+		return 0, nil, err
+	}
+	frame, src, err := zstdBlocksBound(src)
+	if err != nil {
+		return 0, nil, err
+	}
+	if fhd&0x04 != 0 { // content checksum
+		if len(src) < 4 {
+			return 0, nil, fmt.Errorf("%w: zstd: truncated checksum", ErrCorrupt)
+		}
+		src = src[4:]
+	}
+	return min(frame, fcs), src, nil
+}
+
+// zstdFrameHeader reads the frame header at the start of src (after the
+// magic number). It returns the frame header descriptor, the frame content
+// size (math.MaxUint64 if not declared), and the rest of src.
+func zstdFrameHeader(src []byte) (byte, uint64, []byte, error) {
+	if len(src) < 1 {
+		return 0, 0, nil, fmt.Errorf("%w: zstd: truncated frame header", ErrCorrupt)
+	}
+	fhd := src[0]
+	src = src[1:]
+	single := fhd&0x20 != 0
+	skip := [4]int{0, 1, 2, 4}[fhd&3] // dictionary id
+	if !single {
+		skip++ // window descriptor
+	}
+	fcsLen := [4]int{0, 2, 4, 8}[fhd>>6]
+	if fcsLen == 0 && single {
+		fcsLen = 1
+	}
+	if len(src) < skip+fcsLen {
+		return 0, 0, nil, fmt.Errorf("%w: zstd: truncated frame header", ErrCorrupt)
+	}
+	fcs := uint64(math.MaxUint64)
+	switch b := src[skip : skip+fcsLen]; fcsLen {
+	case 1:
+		fcs = uint64(b[0])
+	case 2:
+		fcs = uint64(binary.LittleEndian.Uint16(b)) + 256
+	case 4:
+		fcs = uint64(binary.LittleEndian.Uint32(b))
+	case 8:
+		fcs = binary.LittleEndian.Uint64(b)
+	}
+	return fhd, fcs, src[skip+fcsLen:], nil
+}
+
+// zstdBlocksBound walks the blocks of a frame at the start of src, up to
+// and including the last, and returns the sum of a raw or RLE block's
+// size and 128 KiB per compressed block, and the rest of src.
+func zstdBlocksBound(src []byte) (uint64, []byte, error) {
+	var frame uint64
+	for last := false; !last; {
+		if len(src) < 3 {
+			return 0, nil, fmt.Errorf("%w: zstd: truncated block header", ErrCorrupt)
+		}
+		bh := uint32(src[0]) | uint32(src[1])<<8 | uint32(src[2])<<16
+		src = src[3:]
+		last = bh&1 != 0
+		size := int(bh >> 3)
+		stored := size // bytes of input the block takes
+		switch bh >> 1 & 3 {
+		case 0: // raw
+			frame += uint64(size)
+		case 1: // RLE
+			frame += uint64(size)
+			stored = 1
+		case 2: // compressed
+			frame += zstdMaxBlock
+		default:
+			return 0, nil, fmt.Errorf("%w: zstd: reserved block type", ErrCorrupt)
+		}
+		if len(src) < stored {
+			return 0, nil, fmt.Errorf("%w: zstd: truncated block", ErrCorrupt)
+		}
+		src = src[stored:]
+	}
+	return frame, src, nil
 }
 
 // unzstd appends the decompression of the zstd frames in src to dst.

@@ -20,34 +20,46 @@ const highWatermarkFile = "high-watermark"
 // load opens the segments in l.dir, recovering them if the last shutdown
 // was not clean, and sets the offsets. It runs before the flusher starts.
 func (l *Log) load() error {
-	fs := l.opts.FS
 	bases, err := l.cleanDirectory()
 	if err != nil {
 		return err
 	}
-	store := l.opts.recoveryPoints
-	var marker int64
-	var clean bool
-	if store != nil {
-		marker, clean = store.loadClean(l.dir)
-	} else if marker, clean, err = readCleanShutdown(fs, l.path(cleanShutdownFile)); err != nil {
-		l.opts.Logger.Warn("replog/log: unreadable clean-shutdown marker; recovering", "dir", l.dir, "err", err)
-	}
-	rp, ok, err := l.loadRecoveryPoint()
-	rpLeft := err != nil || ok // some recovery point is on disk
-	if err != nil || !ok {
-		rp, clean = 0, false // no trustworthy recovery point: scan everything
-	}
-	logStart, _, err := readOffsetCheckpoint(fs, l.path(logStartOffsetFile))
+	cp, err := l.readLoadCheckpoints()
 	if err != nil {
 		return err
 	}
+	fresh, err := l.openSegments(bases, cp.logStart)
+	if err != nil {
+		return err
+	}
+	clean, err := l.recoverOrTrust(cp, fresh)
+	if err != nil {
+		return err
+	}
+	leo, err := l.setLoadedOffsets(cp.logStart, clean)
+	if err != nil {
+		return err
+	}
+	if err := l.loadEpochs(l.logStart.Load(), leo); err != nil {
+		return err
+	}
+	if err := l.loadProducerState(leo); err != nil {
+		return err
+	}
+	return l.removeCleanShutdown(clean)
+}
+
+// openSegments opens the segments with the given base offsets, or creates
+// an empty one at logStart (0 if unknown) when there is none, which makes
+// the log fresh, and links each segment's next offset to the following
+// segment's base.
+func (l *Log) openSegments(bases []int64, logStart int64) (bool, error) {
 	segs := make([]*segment, 0, len(bases))
 	l.setSegments(segs)
 	for _, base := range bases {
 		s, err := openSegment(l.seg, base)
 		if err != nil {
-			return err
+			return false, err
 		}
 		segs = append(segs, s)
 		l.setSegments(segs)
@@ -56,7 +68,7 @@ func (l *Log) load() error {
 	if fresh {
 		s, err := createSegment(l.seg, max(logStart, 0), l.now())
 		if err != nil {
-			return err
+			return false, err
 		}
 		segs = append(segs, s)
 		l.setSegments(segs)
@@ -65,32 +77,48 @@ func (l *Log) load() error {
 	for i, s := range segs[:len(segs)-1] {
 		s.next.Store(segs[i+1].base)
 	}
+	return fresh, nil
+}
+
+// recoverOrTrust chooses how load treats the opened segments: it trusts
+// them after a clean shutdown (loadClean), sets up a fresh log
+// (loadFresh), or recovers from the recovery point. It reports whether the
+// log was loaded as cleanly shut down: not if the marker came without any
+// segment or disagrees with the segments, which are then recovered.
+func (l *Log) recoverOrTrust(cp loadCheckpoints, fresh bool) (clean bool, err error) {
+	clean = cp.clean
 	if clean && fresh {
 		// A marker without any segment file describes some other state
 		// of the directory (segments lost or removed): do not trust it.
-		l.opts.Logger.Warn("replog/log: clean-shutdown marker but no segment; recovering", "dir", l.dir, "marker", marker)
+		l.opts.Logger.Warn("replog/log: clean-shutdown marker but no segment; recovering", "dir", l.dir, "marker", cp.marker)
 		clean = false
 	}
 	switch {
 	case clean:
-		err = l.loadClean(marker)
+		err = l.loadClean(cp.marker)
 		if errors.Is(err, errUntrustedMarker) {
 			l.opts.Logger.Warn("replog/log: clean-shutdown marker disagrees with the segments; recovering", "dir", l.dir, "err", err)
 			clean = false
-			err = l.recover(rp)
+			err = l.recover(cp.rp)
 		}
 	case fresh:
-		err = l.loadFresh(rpLeft && (rp != segs[0].base || !ok))
+		err = l.loadFresh(cp.rpLeft && (cp.rp != l.segments()[0].base || !cp.rpOK))
 	default:
-		err = l.recover(rp)
+		err = l.recover(cp.rp)
 	}
-	if err != nil {
-		return err
-	}
-	segs = l.segments()
+	return clean, err
+}
+
+// setLoadedOffsets sets the log end, log start and high watermark offsets
+// from the loaded segments and the checkpointed logStart, restarting the
+// log empty at logStart if it lies past the log end, and, if clean, the
+// recovery point and durable offset at the log end. It returns the log
+// end offset.
+func (l *Log) setLoadedOffsets(logStart int64, clean bool) (int64, error) {
+	segs := l.segments()
 	if end := segs[len(segs)-1].next.Load(); logStart > end {
 		if err := l.restartEmptyAt(logStart, end); err != nil {
-			return err
+			return 0, err
 		}
 		segs = l.segments()
 	}
@@ -100,30 +128,24 @@ func (l *Log) load() error {
 	leo := act.next.Load()
 	l.leo.Store(leo)
 	l.logStart.Store(min(max(logStart, segs[0].base), leo))
-	var hw int64
-	ok = false
-	if store != nil {
-		hw, ok = store.loadHighWatermark(l.dir)
-	}
-	if !ok {
-		hw, _, _ = readOffsetCheckpoint(fs, l.path(highWatermarkFile))
-	}
-	l.hw.Store(min(max(hw, l.logStart.Load()), leo))
+	l.hw.Store(min(max(l.readHighWatermark(), l.logStart.Load()), leo))
 	if clean {
 		l.recoveryPt.Store(leo)
 		l.sync.durable = leo
 	}
-	if err := l.loadEpochs(l.logStart.Load(), leo); err != nil {
-		return err
-	}
-	if err := l.loadProducerState(leo); err != nil {
-		return err
-	}
-	err = fs.Remove(l.path(cleanShutdownFile))
+	return leo, nil
+}
+
+// removeCleanShutdown removes the clean-shutdown marker, so that a crash
+// from now on is recovered, and makes the directory durable. clean tells
+// whether load trusted a marker.
+func (l *Log) removeCleanShutdown(clean bool) error {
+	fs := l.opts.FS
+	err := fs.Remove(l.path(cleanShutdownFile))
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	if store != nil && clean && err != nil {
+	if l.opts.recoveryPoints != nil && clean && err != nil {
 		// A Manager's log loaded from the Manager's marker, with no marker
 		// file of its own to remove: the directory is as it was, nothing
 		// to make durable (the Manager removed its marker already).
