@@ -16,7 +16,10 @@
 //  2. Tell each node its role per partition with a leader epoch that only
 //     grows: BecomeLeader(tp, epoch, replicas, isr) on the leader,
 //     BecomeFollower(tp, epoch, leader) on the others. Older epochs are
-//     refused (ErrStaleEpoch), and requests carrying them are fenced.
+//     refused (ErrStaleEpoch), older than the newest in the log too, and
+//     requests carrying them are fenced. The replicas must include the
+//     leader, and the ISR must be a subset of them that includes it
+//     (else ErrInvalidAssignment).
 //  3. Persist ISR changes in OnISRChange (return an error to refuse one)
 //     and elect new leaders only from the last persisted ISR.
 //  4. Produce on the leader with acks 0, 1 or all. An acks=all produce
@@ -59,8 +62,9 @@
 // several nodes step by step from one seed. Replicator wraps it with one
 // fetcher goroutine per leader (its partitions kept in a partitionstate
 // map, walked in order and moved to the end when they received data, so
-// partitions share the response size fairly), long-polled fetch handling,
-// and a ticker for ISR shrinking.
+// partitions share the response size fairly), long-polled fetch handling
+// (a fetch is held at most the leader's own FetchMaxWait, whatever it
+// asks), and a ticker for ISR shrinking.
 //
 // # Catching up
 //
@@ -82,8 +86,10 @@
 // # Wire format (TCP transport)
 //
 // Every message is a frame; integers are big-endian. Frame and record
-// sizes are checked against the configured limits before anything is
-// allocated.
+// sizes are checked against the configured limits (TCPOptions
+// MaxFrameBytes, and MaxRequestBytes for requests) before anything is
+// allocated. A server closes a connection idle for IdleTimeout between
+// requests, or whose request body takes longer than RequestTimeout.
 //
 //	offset size  field
 //	     0    4  length         bytes after this field
