@@ -71,12 +71,13 @@
 //     If a whole valid batch continuing the offsets follows the invalid
 //     one, the damage is in the middle of the log: Open fails with an error
 //     wrapping ErrCorrupt that names the segment and position, and changes
-//     no file. Options.MaxBatchBytes limits appends only: recovery and
-//     Readers accept any batch that fits in its segment file and matches
-//     its CRC. Missing or invalid index files of other segments are
-//     rebuilt when first used. What a reader sees after recovery is a
-//     prefix of what was appended and contains everything that was
-//     synced.
+//     no file (Options.TruncateAtCorruption truncates there instead, as
+//     Kafka does, for a replica that can fetch the rest again).
+//     Options.MaxBatchBytes limits appends only: recovery and Readers
+//     accept any batch that fits in its segment file and matches its
+//     CRC. Missing or invalid index files of other segments are rebuilt
+//     when first used. What a reader sees after recovery is a prefix of
+//     what was appended and contains everything that was synced.
 //   - Read checks each batch's framing, header fields and offsets; like
 //     Kafka's broker it leaves the CRC, verified when the batch was
 //     appended or recovered, to the consumer (Options.VerifyReadCRC

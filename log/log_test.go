@@ -644,6 +644,14 @@ func TestRecoverOnlyLastSegment(t *testing.T) {
 		_, err := img2.Stat("/log/" + segmentName(base) + logSuffix)
 		require.NoError(t, err, "segment %d kept", base)
 	}
+
+	// TruncateAtCorruption: the log is truncated before the damaged
+	// batch, everything before it intact, as Kafka's recovery does.
+	opts.TruncateAtCorruption = true
+	l = openLog(t, "/log", opts)
+	require.Equal(t, 3, l.Stats().RecoveredSegments, "scanned up to the damage")
+	require.Equal(t, third, l.LogEndOffset())
+	require.Equal(t, want[:third/3], readAllBatches(t, l))
 }
 
 // logSnapshot is everything a reader can observe of a log.

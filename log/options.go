@@ -90,6 +90,16 @@ type Options struct {
 	// ReadRegion never verifies: its bytes go to the network unread.
 	VerifyReadCRC bool
 
+	// TruncateAtCorruption makes Open truncate the log at an invalid
+	// batch found by recovery even when valid batches follow it,
+	// dropping them, as Kafka's recovery does. By default Open refuses:
+	// it fails with an error wrapping ErrCorrupt that names the segment
+	// and position and changes no file, since the data after the damage
+	// may have been acknowledged. Set it for a replica that can fetch
+	// the dropped data again from its leader. Torn tails (nothing valid
+	// after the invalid batch) are truncated either way.
+	TruncateAtCorruption bool
+
 	// FlushGroup, shared by several Logs, bounds how many of them run
 	// their background roll work (fsyncs, index, snapshot and spare
 	// segment files) at once. A flusher spends its time in blocking

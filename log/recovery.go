@@ -335,14 +335,18 @@ func (l *Log) recover(rp int64) error {
 					return err
 				}
 			}
-			if validAfter {
+			if validAfter && !l.opts.TruncateAtCorruption {
 				// Valid data follows the damage: this is no torn tail
 				// but damage in the middle of the log, and truncating
 				// would silently drop the data after it, acknowledged
 				// data included. Leave the files as they are for the
 				// operator to decide.
-				return fmt.Errorf("replog/log: recovery found an invalid batch followed by valid data in segment %s at position %d; not truncating: %w",
+				return fmt.Errorf("replog/log: recovery found an invalid batch followed by valid data in segment %s at position %d; not truncating (see Options.TruncateAtCorruption): %w",
 					s.path(logSuffix), res.validEnd, res.invalid)
+			}
+			if validAfter {
+				l.opts.Logger.Warn("replog/log: truncating at an invalid batch followed by valid data (TruncateAtCorruption)",
+					"segment", s.path(logSuffix), "position", res.validEnd, "err", res.invalid)
 			}
 			return l.truncateRecovered(segs, first, i, res.validEnd, res.invalid)
 		}
