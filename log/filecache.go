@@ -116,12 +116,22 @@ type cachedFile struct {
 }
 
 // acquire returns the open file, opening it if it was evicted.
-func (cf *cachedFile) acquire() (vfs.File, error) {
+func (cf *cachedFile) acquire() (vfs.File, error) { return cf.acquireFor(false) }
+
+// acquireWrite is acquire for a WriteAt.
+func (cf *cachedFile) acquireWrite() (vfs.File, error) { return cf.acquireFor(true) }
+
+// acquireFor is acquire; write counts the use as a write, before it
+// happens, so that a concurrent fsync does not count it as covered.
+func (cf *cachedFile) acquireFor(write bool) (vfs.File, error) {
 	c := cf.c
 	c.mu.Lock()
 	if cf.closed {
 		c.mu.Unlock()
 		return nil, os.ErrClosed
+	}
+	if write {
+		cf.writes++
 	}
 	cf.unlinkIdleLocked()
 	cf.info = nil // the file may change from now on
@@ -191,14 +201,6 @@ func (cf *cachedFile) unlinkIdleLocked() {
 		cf.list.Remove(cf.elem)
 		cf.elem, cf.list = nil, nil
 	}
-}
-
-// acquireWrite is acquire for a WriteAt.
-func (cf *cachedFile) acquireWrite() (vfs.File, error) {
-	cf.c.mu.Lock()
-	cf.writes++ // before the write: a concurrent fsync must not cover it
-	cf.c.mu.Unlock()
-	return cf.acquire()
 }
 
 // acquireSync is acquire for an fsync; done, called after it, records

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Tests for the recovery review: MaxBatchBytes is an append limit, not a
+// What recovery trusts and refuses: MaxBatchBytes is an append limit, not a
 // recovery one; damage followed by valid data is reported, not truncated;
 // OffsetForTimestamp stores nothing; an inconsistent clean-shutdown marker
 // is not trusted; index and snapshot reads are bounded; a lazy index
