@@ -44,6 +44,21 @@ func (c *epochCache) latest() (EpochEntry, bool) {
 // offsets. The caller owns the returned slice.
 func (l *Log) LeaderEpochs() []EpochEntry { return l.epochs.snapshot() }
 
+// EpochAt returns the leader epoch that wrote offset: that of the newest
+// cached epoch starting at or below it, or NoLeaderEpoch if none does.
+// Unlike LeaderEpochs it copies nothing, for callers that ask per fetch.
+func (l *Log) EpochAt(offset int64) int32 {
+	c := &l.epochs
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for i := len(c.entries) - 1; i >= 0; i-- {
+		if c.entries[i].StartOffset <= offset {
+			return c.entries[i].Epoch
+		}
+	}
+	return NoLeaderEpoch
+}
+
 // LatestEpoch returns the newest leader epoch in the log, or NoLeaderEpoch.
 func (l *Log) LatestEpoch() int32 {
 	if e, ok := l.epochs.latest(); ok {

@@ -69,16 +69,7 @@ func (n *Node) fetchOrder(leader int32) []*partition {
 // end; sent as LastFetchedEpoch, the leader (which never had that epoch)
 // reports a divergence whose truncation point is the log end, where
 // truncation changes nothing, and the follower never makes progress.
-func lastBatchEpoch(l *log.Log) int32 {
-	leo := l.LogEndOffset()
-	epochs := l.LeaderEpochs()
-	for i := len(epochs) - 1; i >= 0; i-- {
-		if epochs[i].StartOffset < leo {
-			return epochs[i].Epoch
-		}
-	}
-	return log.NoLeaderEpoch
-}
+func lastBatchEpoch(l *log.Log) int32 { return l.EpochAt(l.LogEndOffset() - 1) }
 
 // HandleFetchResponse applies a leader's answer to req: it truncates
 // diverging logs (KIP-101/KIP-279: to the end of the last common epoch,
