@@ -32,7 +32,10 @@ func main() {
 	}
 }
 
-func run(w io.Writer, dir string, jobs int) error {
+func run(w io.Writer, dir string, jobs int) (err error) {
+	if jobs < 1 {
+		return fmt.Errorf("-jobs %d: want at least 1", jobs)
+	}
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "replog-queue-")
 		if err != nil {
@@ -45,6 +48,12 @@ func run(w io.Writer, dir string, jobs int) error {
 	if err != nil {
 		return err
 	}
+	// Close whichever queue is open when run returns, on error paths too.
+	defer func() {
+		if q != nil {
+			err = errors.Join(err, q.Close())
+		}
+	}()
 	// Two producers enqueue jobs concurrently, ten per batch.
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -75,13 +84,14 @@ func run(w io.Writer, dir string, jobs int) error {
 	fmt.Fprintf(w, "mailer: handled %d jobs, committed, stopped\n", handled)
 
 	// A restart: reopen the queue; the mailer resumes at its commit.
-	if err := q.Close(); err != nil {
+	err = q.Close()
+	q = nil // closed, even if Close failed: the deferred close must not repeat it
+	if err != nil {
 		return err
 	}
 	if q, err = Open(dir); err != nil {
 		return err
 	}
-	defer q.Close()
 	rest, err := consume(q, "mailer", total-handled, done)
 	if err != nil {
 		return err

@@ -24,17 +24,29 @@ type cluster struct {
 	servers [3]*replication.TCPServer
 	trans   [3]*replication.TCPTransport
 	addrs   [3]string
+	closed  [3]bool // node i was closed (by failover or close)
 
 	mu      sync.Mutex
 	leader  int32 // -1 while failing over
 	epoch   int32
 	isrList []int32
-	changed chan struct{} // closed when leadership changes
+	changed chan struct{} // closed when leadership changes, or the failover fails
+	err     error         // why the failover failed; no node leads then
 }
 
-func startCluster(dir string) (*cluster, error) {
+func startCluster(dir string) (_ *cluster, err error) {
 	c := &cluster{leader: -1, changed: make(chan struct{})}
 	lns := make([]net.Listener, 3)
+	defer func() {
+		if err != nil { // close what was started
+			for _, ln := range lns {
+				if ln != nil {
+					ln.Close()
+				}
+			}
+			c.close()
+		}
+	}()
 	for i := range lns {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -48,15 +60,18 @@ func startCluster(dir string) (*cluster, error) {
 		if err != nil {
 			return nil, err
 		}
+		c.logs[i] = l
 		t, err := replication.NewTCPTransport(replication.TCPOptions{Resolve: resolve})
 		if err != nil {
 			return nil, err
 		}
+		c.trans[i] = t
 		r, err := replication.New(replication.Config{ReplicaID: i, ClusterID: "quickstart", MinInsyncReplicas: 2,
 			ReplicaLagTime: 5 * time.Second, OnISRChange: c.onISRChange}, t)
 		if err != nil {
 			return nil, err
 		}
+		c.reps[i] = r
 		if err := r.AddPartition(topic, l); err != nil {
 			return nil, err
 		}
@@ -64,7 +79,7 @@ func startCluster(dir string) (*cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.logs[i], c.reps[i], c.servers[i], c.trans[i] = l, r, s, t
+		c.servers[i] = s
 	}
 	if err := c.reps[0].BecomeLeader(topic, 1, []int32{0, 1, 2}, []int32{0, 1, 2}); err != nil {
 		return nil, err
@@ -95,25 +110,40 @@ func (c *cluster) isr() []int32 {
 
 func (c *cluster) addrList() string { return strings.Join(c.addrs[:], ", ") }
 
-// current returns the leader and a channel closed at the next change.
-func (c *cluster) current() (int32, chan struct{}) {
+// current returns the leader and a channel closed at the next change, or
+// the error that left the cluster without a leader.
+func (c *cluster) current() (int32, chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.leader, c.changed
+	return c.leader, c.changed, c.err
+}
+
+// depose takes leadership away from node 0: producers wait for the next
+// leader from now on. It is the first step of a failover.
+func (c *cluster) depose() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader == 0 {
+		c.leader = -1
+		close(c.changed)
+		c.changed = make(chan struct{})
+	}
 }
 
 // failover closes node 0 and makes node 1 the leader at epoch 2, with node
-// 2 following it: what a controller does when a leader dies.
-func (c *cluster) failover() error {
-	c.mu.Lock()
-	c.leader = -1
-	close(c.changed)
-	c.changed = make(chan struct{})
-	c.mu.Unlock()
-	c.servers[0].Close()
-	c.reps[0].Close()
-	c.trans[0].Close()
-	if err := c.logs[0].Close(); err != nil {
+// 2 following it: what a controller does when a leader dies. If that fails,
+// no node leads, and the error is what current returns from then on.
+func (c *cluster) failover() (err error) {
+	c.depose()
+	defer func() {
+		if err != nil {
+			c.mu.Lock()
+			c.err = fmt.Errorf("failover: %w", err)
+			close(c.changed) // wakes the producers waiting for a leader
+			c.mu.Unlock()
+		}
+	}()
+	if err := c.closeNode(0); err != nil {
 		return err
 	}
 	isr := slices.DeleteFunc(c.isr(), func(id int32) bool { return id == 0 })
@@ -128,6 +158,28 @@ func (c *cluster) failover() error {
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
+	return nil
+}
+
+// closeNode closes node i, once, and returns the error of closing its log.
+// It is called by failover and close, never concurrently.
+func (c *cluster) closeNode(i int) error {
+	if c.closed[i] {
+		return nil
+	}
+	c.closed[i] = true
+	if c.servers[i] != nil {
+		c.servers[i].Close()
+	}
+	if c.reps[i] != nil {
+		c.reps[i].Close()
+	}
+	if c.trans[i] != nil {
+		c.trans[i].Close()
+	}
+	if c.logs[i] != nil {
+		return c.logs[i].Close()
+	}
 	return nil
 }
 
@@ -171,11 +223,10 @@ func readAll(l *replog.Log) ([]byte, error) {
 	return out, nil
 }
 
+// close closes every node still open. It must not run concurrently with
+// failover: produce returns only once its controller goroutine is done.
 func (c *cluster) close() {
-	for i := 1; i < 3; i++ {
-		c.servers[i].Close()
-		c.reps[i].Close()
-		c.trans[i].Close()
-		c.logs[i].Close()
+	for i := range c.logs {
+		c.closeNode(i)
 	}
 }

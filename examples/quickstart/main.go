@@ -9,36 +9,63 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"time"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run is main with an exit code, so that deferred cleanup (the temporary
+// directory) happens before the process exits.
+func run() int {
 	dir := flag.String("dir", "", "data directory to keep (default: a temporary directory, removed at exit)")
-	records := flag.Int("records", 200_000, "records to produce")
+	records := flag.Int("records", 200_000, "records to produce (at least 200 per producer, so that the failover happens while they produce)")
 	producers := flag.Int("producers", 4, "idempotent producers")
 	flag.Parse()
+	if err := checkFlags(*records, *producers); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		flag.Usage()
+		return 2
+	}
 	if *dir == "" {
 		tmp, err := os.MkdirTemp("", "replog-quickstart-")
 		if err != nil {
-			fail(err)
+			fmt.Fprintln(os.Stderr, "quickstart: FAILED:", err)
+			return 1
 		}
 		defer os.RemoveAll(tmp)
 		*dir = tmp
 	}
-	if err := run(*dir, *records, *producers); err != nil {
-		fail(err)
+	if err := quickstart(*dir, *records, *producers); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart: FAILED:", err)
+		return 1
 	}
+	return 0
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "quickstart: FAILED:", err)
-	os.Exit(1)
+// checkFlags rejects values with which the example would show nothing: each
+// producer needs two batches or more, so that the failover at half the
+// records always has batches left to send to the new leader (see produce).
+func checkFlags(records, producers int) error {
+	switch {
+	case producers < 1:
+		return fmt.Errorf("-producers %d: want at least 1", producers)
+	case producers > 1000:
+		return fmt.Errorf("-producers %d: want at most 1000", producers)
+	case records < 2*recordsPerBatch*producers:
+		return fmt.Errorf("-records %d: want at least %d with %d producers (%d records, two batches, per producer), or the failover could come after the last batch",
+			records, 2*recordsPerBatch*producers, producers, 2*recordsPerBatch)
+	case records/producers > math.MaxInt32:
+		return errors.New("-records: a producer's sequence numbers would overflow int32")
+	}
+	return nil
 }
 
-func run(dir string, records, producers int) error {
+func quickstart(dir string, records, producers int) error {
 	c, err := startCluster(dir)
 	if err != nil {
 		return err
@@ -56,7 +83,12 @@ func run(dir string, records, producers int) error {
 		res.acked, float64(res.bytes)/1e6, elapsed.Round(time.Millisecond), float64(res.bytes)/1e6/elapsed.Seconds(), res.retries, res.duplicates)
 	p := res.latencies
 	fmt.Printf("acks=all produce latency: p50 %v, p99 %v, p99.9 %v (%d produce calls)\n", p.at(0.50), p.at(0.99), p.at(0.999), len(p))
-	fmt.Printf("failover: node 0 closed after %d records, node 1 leads at epoch 2 with ISR %v\n", res.failoverAt, c.isr())
+	if !res.failedOver || res.afterFailover == 0 {
+		// produce guarantees a failover while producing; say so if not.
+		return fmt.Errorf("no failover while producing (failed over: %v, records acknowledged by the new leader: %d)", res.failedOver, res.afterFailover)
+	}
+	fmt.Printf("failover: node 0 closed after %d records were acknowledged; node 1 leads at epoch 2 with ISR %v and acknowledged %d records\n",
+		res.failoverAt, c.isr(), res.afterFailover)
 
 	if err := c.waitConverged(10 * time.Second); err != nil {
 		return err

@@ -20,27 +20,44 @@ const recordsPerBatch = 100
 type result struct {
 	acked, bytes        int64
 	retries, duplicates int64
-	failoverAt          int64
+	failedOver          bool  // the failover happened
+	failoverAt          int64 // records acknowledged when node 0 was deposed
+	afterFailover       int64 // records acknowledged by node 1, the new leader
 	latencies           durations
 	// ackedSeqs[p] is the number of records producer p had acknowledged;
 	// producer p's records carry sequences 0..ackedSeqs[p]-1.
 	ackedSeqs []int64
 }
 
-// produce runs the idempotent producers until records were acknowledged,
-// failing over halfway.
+// produce runs the idempotent producers until records were acknowledged
+// (rounded down to a multiple of producers), failing over halfway.
+//
+// The acknowledgement that crosses half the records deposes node 0 at once,
+// so that every batch sent after it waits for the new leader; the
+// "controller" goroutine then closes node 0 and elects node 1 while other
+// producers' batches are in flight. With two batches or more per producer
+// (see checkFlags), more records remain at that point than can be in
+// flight, so the new leader always acknowledges some.
 func produce(c *cluster, records, producers int) (*result, error) {
+	perProducer := records / producers
+	total := int64(perProducer * producers)
 	res := &result{ackedSeqs: make([]int64, producers)}
 	var mu sync.Mutex
 	var acked atomic.Int64
-	perProducer := records / producers
+	half := make(chan struct{}) // closed when half the records are acknowledged
+	onAck := func(n int64) {
+		if now := acked.Add(n); now >= total/2 && now-n < total/2 {
+			res.failoverAt = now // read once the producers are done
+			c.depose()
+			close(half)
+		}
+	}
+
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
 	for p := 0; p < producers; p++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lat, bytes, retries, dups, err := runProducer(c, p, perProducer, &acked, res)
+		wg.Go(func() {
+			lat, bytes, retries, dups, err := runProducer(c, p, perProducer, onAck, res)
 			mu.Lock()
 			res.bytes += bytes
 			res.latencies = append(res.latencies, lat...)
@@ -50,40 +67,69 @@ func produce(c *cluster, records, producers int) (*result, error) {
 			if err != nil {
 				errs <- err
 			}
-		}()
+		})
 	}
-	// The "controller": fail over once half the records are acknowledged.
-	go func() {
-		for acked.Load() < int64(records/2) {
-			time.Sleep(time.Millisecond)
+	producersDone := make(chan struct{})
+	go func() { wg.Wait(); close(producersDone) }()
+
+	// The "controller": fails over once half the records are acknowledged,
+	// or does nothing if the producers stop before (a producer failed).
+	var ctrl sync.WaitGroup
+	ctrlErr := make(chan error, 1)
+	ctrl.Go(func() {
+		select {
+		case <-half:
+		case <-producersDone:
+			return
 		}
-		res.failoverAt = acked.Load()
 		if err := c.failover(); err != nil {
-			errs <- err
+			ctrlErr <- fmt.Errorf("failover: %w", err)
+			return
 		}
-	}()
-	done := make(chan struct{})
+		res.failedOver = true // read after ctrl.Wait
+	})
+
 	progressDone := make(chan struct{})
+	stopProgress := make(chan struct{})
 	go func() { // a progress line while it runs
 		defer close(progressDone)
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-stopProgress:
 				fmt.Print("\r\033[K")
 				return
 			case <-t.C:
-				fmt.Printf("\rproducing: %d/%d records acknowledged", acked.Load(), records)
+				fmt.Printf("\rproducing: %d/%d records acknowledged", acked.Load(), total)
 			}
 		}
 	}()
-	wg.Wait()
-	close(done)
-	<-progressDone
-	close(errs)
-	if err := <-errs; err != nil {
+	defer func() {
+		close(stopProgress)
+		<-progressDone
+	}()
+
+	// Wait for the producers, or for a failed failover: the producers then
+	// stop too (they see the error when they wake), but one may still be in
+	// a Produce call, which ends within its 10 s timeout.
+	select {
+	case <-producersDone:
+		ctrl.Wait()
+	case err := <-ctrlErr:
+		ctrl.Wait()
+		select {
+		case <-producersDone:
+		case <-time.After(15 * time.Second):
+		}
 		return nil, err
+	}
+	select {
+	case err := <-ctrlErr:
+		return nil, err
+	case err := <-errs:
+		return nil, err
+	default:
 	}
 	res.acked = acked.Load()
 	slices.Sort(res.latencies)
@@ -94,7 +140,7 @@ func produce(c *cluster, records, producers int) (*result, error) {
 // 1000+p), retrying each batch with the same sequence numbers until it is
 // acknowledged: after a failover the new leader recognises a batch the old
 // one had already replicated and returns its original offsets.
-func runProducer(c *cluster, p, perProducer int, acked *atomic.Int64, res *result) (lat durations, bytes, retries, dups int64, err error) {
+func runProducer(c *cluster, p, perProducer int, onAck func(n int64), res *result) (lat durations, bytes, retries, dups int64, err error) {
 	local := compression.NewLocal(compression.Options{})
 	lz4, err := replog.CompressWith(local, compression.LZ4, 0)
 	if err != nil {
@@ -112,10 +158,13 @@ func runProducer(c *cluster, p, perProducer int, acked *atomic.Int64, res *resul
 			return lat, bytes, retries, dups, err
 		}
 		for attempt := 0; ; attempt++ {
-			leader, changed := c.current()
-			if leader < 0 {
+			leader, changed, err := c.current()
+			for err == nil && leader < 0 { // failing over: wait for the new leader
 				<-changed
-				continue
+				leader, changed, err = c.current()
+			}
+			if err != nil {
+				return lat, bytes, retries, dups, fmt.Errorf("producer %d: no leader: %w", p, err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			t0 := time.Now()
@@ -129,9 +178,12 @@ func runProducer(c *cluster, p, perProducer int, acked *atomic.Int64, res *resul
 				if info.Duplicate {
 					dups++
 				}
-				acked.Add(int64(n))
+				if leader == 1 {
+					atomic.AddInt64(&res.afterFailover, int64(n))
+				}
 				bytes += int64(b.BodySize())
 				res.ackedSeqs[p] = int64(seq + n)
+				onAck(int64(n))
 				break
 			}
 			if !retriable(err) || attempt > 100 {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	replog "github.com/replog/replog/log"
 )
@@ -90,6 +91,9 @@ type Broker struct {
 	log      *slog.Logger
 	closeErr error
 	panics   atomic.Int64 // recovered panics of connection goroutines
+	// fetchWaits counts the fetches waiting in a long poll (see
+	// waitForFetch); tests wait for it before closing the broker.
+	fetchWaits atomic.Int64
 
 	mu     sync.RWMutex
 	topics map[string][]*partition // guarded by mu; slices are never modified once stored
@@ -187,17 +191,35 @@ func (b *Broker) Close() error {
 	return b.closeErr
 }
 
+// Accept errors other than a closed listener (EMFILE, ENFILE...) are
+// retried after a delay that doubles from minAcceptDelay to maxAcceptDelay,
+// as net/http does, instead of spinning.
+const (
+	minAcceptDelay = 5 * time.Millisecond
+	maxAcceptDelay = time.Second
+)
+
 func (b *Broker) acceptLoop() {
 	defer b.wg.Done()
+	var delay time.Duration
 	for {
 		c, err := b.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || b.ctx.Err() != nil {
 				return
 			}
-			b.log.Warn("accept", "err", err)
+			delay = min(max(2*delay, minAcceptDelay), maxAcceptDelay)
+			b.log.Warn("accept", "err", err, "retry_in", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-b.ctx.Done(): // Close
+				t.Stop()
+				return
+			case <-t.C:
+			}
 			continue
 		}
+		delay = 0
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()

@@ -139,12 +139,14 @@ func (b *Broker) waitForFetch(topics []fetchTopic, deadline time.Time) bool {
 			})
 		}
 	}
+	b.fetchWaits.Add(1)
 	select {
 	case <-woke:
 	case <-ctx.Done():
 	}
 	cancel()
 	wg.Wait()
+	b.fetchWaits.Add(-1)
 	return b.ctx.Err() == nil
 }
 

@@ -334,6 +334,13 @@ func TestCloseEndsLongPoll(t *testing.T) {
 	rc.write(frame(req.Key(), req.Version, rc.corr, req.AppendTo(nil)))
 	idle := dial(t, b)
 
+	// Close only once the fetch waits: closing earlier would not test the
+	// long poll.
+	for deadline := time.Now().Add(30 * time.Second); b.fetchWaits.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fetch did not start waiting within 30s")
+		}
+	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
