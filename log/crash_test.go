@@ -353,7 +353,7 @@ type crashModel struct {
 var crashModels = []crashModel{
 	{"strict", func(int64) vfs.CrashOptions { return vfs.CrashOptions{} }},
 	{"partial", func(seed int64) vfs.CrashOptions {
-		return vfs.CrashOptions{Seed: seed, KeepUnsynced: 0.7, ZeroSectors: 0.05, KeepDirOps: 0.5}
+		return vfs.CrashOptions{Seed: seed, KeepUnsynced: 0.7, ZeroSectors: 0.05, KeepDirOps: 0.5, DirOpsPrefix: 0.5}
 	}},
 }
 

@@ -208,7 +208,7 @@ func TestProducerRetriesAcrossCrashes(t *testing.T) {
 		mem := idemMem()
 		opts := vfs.CrashOptions{}
 		if points%2 == 1 {
-			opts = vfs.CrashOptions{Seed: n, KeepUnsynced: 0.5, ZeroSectors: 0.1, KeepDirOps: 0.5}
+			opts = vfs.CrashOptions{Seed: n, KeepUnsynced: 0.5, ZeroSectors: 0.1, KeepDirOps: 0.5, DirOpsPrefix: 0.5}
 		}
 		crash := &vfs.Crash{N: n, Mem: mem, Opts: opts}
 		res := w.run(t, vfs.NewErrorFS(mem, crash))

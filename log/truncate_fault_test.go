@@ -197,7 +197,7 @@ func TestTruncateFullyAtListedBase(t *testing.T) {
 		require.NoError(t, l.Sync())
 		require.Equal(t, [][]byte{b}, readAllBatches(t, l))
 		require.NoError(t, l.Close())
-		for _, img := range []*vfs.MemFS{mem.CrashClone(vfs.CrashOptions{}), mem} {
+		for _, img := range []*vfs.MemFS{mem.CrashClone(vfs.CrashOptions{Seed: int64(seg), DirOpsPrefix: 0.5}), mem} {
 			l, err := openCrashLog(t, crashDir, testLogOptions(img))
 			require.NoError(t, err)
 			require.Equal(t, off, l.LogStartOffset())

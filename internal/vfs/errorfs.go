@@ -23,36 +23,40 @@ var ErrCrashed = errors.New("vfs: simulated crash")
 type OpKind uint32
 
 // The operations an ErrorFS counts: one per FS method and per File method
-// (File.Name is not counted).
+// (File.Name is not counted), and Preallocate (its Files have a Preallocate
+// method, which the function Preallocate calls).
 const (
-	OpOpen      OpKind = 1 << iota // FS.OpenFile
-	OpRemove                       // FS.Remove
-	OpRemoveAll                    // FS.RemoveAll
-	OpRename                       // FS.Rename
-	OpMkdirAll                     // FS.MkdirAll
-	OpReadDir                      // FS.ReadDir
-	OpStat                         // FS.Stat
-	OpSyncDir                      // FS.SyncDir
-	OpRead                         // File.ReadAt
-	OpWrite                        // File.WriteAt
-	OpSync                         // File.Sync
-	OpTruncate                     // File.Truncate
-	OpFileStat                     // File.Stat
-	OpClose                        // File.Close
+	OpOpen        OpKind = 1 << iota // FS.OpenFile
+	OpRemove                         // FS.Remove
+	OpRemoveAll                      // FS.RemoveAll
+	OpRename                         // FS.Rename
+	OpMkdirAll                       // FS.MkdirAll
+	OpReadDir                        // FS.ReadDir
+	OpStat                           // FS.Stat
+	OpSyncDir                        // FS.SyncDir
+	OpRead                           // File.ReadAt
+	OpWrite                          // File.WriteAt
+	OpSync                           // File.Sync
+	OpTruncate                       // File.Truncate
+	OpFileStat                       // File.Stat
+	OpClose                          // File.Close
+	OpPreallocate                    // Preallocate
 
 	// OpSyncs is the set of operations that make data durable.
 	OpSyncs = OpSync | OpSyncDir
 	// OpWrites is the set of operations that change file data.
 	OpWrites = OpWrite | OpTruncate
 	// OpMutations is the set of operations that may change the
-	// filesystem (OpenFile may create or truncate).
+	// filesystem (OpenFile may create or truncate; Preallocate allocates
+	// space, so it can fail with ENOSPC).
 	OpMutations = OpOpen | OpRemove | OpRemoveAll | OpRename | OpMkdirAll |
-		OpSyncDir | OpWrite | OpSync | OpTruncate
+		OpSyncDir | OpWrite | OpSync | OpTruncate | OpPreallocate
 )
 
 var opNames = [...]string{
 	"open", "remove", "removeall", "rename", "mkdirall", "readdir", "stat",
 	"syncdir", "read", "write", "sync", "truncate", "filestat", "close",
+	"preallocate",
 }
 
 // String returns the kind's name, or the names of a set joined by '|'.
@@ -80,7 +84,8 @@ type Op struct {
 	Path string
 	// NewPath is the new name for Rename.
 	NewPath string
-	// Off is the offset of ReadAt and WriteAt, and the size for Truncate.
+	// Off is the offset of ReadAt and WriteAt, and the size for Truncate
+	// and Preallocate.
 	Off int64
 	// Len is len(p) for ReadAt and WriteAt.
 	Len int
@@ -381,6 +386,15 @@ func (f *errorFile) Truncate(size int64) error {
 		return &os.PathError{Op: OpTruncate.String(), Path: f.f.Name(), Err: flt.Err}
 	}
 	return f.f.Truncate(size)
+}
+
+// Preallocate makes vfs.Preallocate on an errorFile an operation that can
+// fail; unless it does, it preallocates the inner file.
+func (f *errorFile) Preallocate(size int64) error {
+	if flt := f.fs.check(Op{Kind: OpPreallocate, Path: f.f.Name(), Off: size}); flt.Err != nil {
+		return &os.PathError{Op: OpPreallocate.String(), Path: f.f.Name(), Err: flt.Err}
+	}
+	return Preallocate(f.f, size)
 }
 
 func (f *errorFile) Stat() (os.FileInfo, error) {

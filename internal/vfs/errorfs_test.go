@@ -39,6 +39,9 @@ func workload(fsys vfs.FS) (err error) {
 			return err
 		}
 	}
+	if err := vfs.Preallocate(f, 64); err != nil {
+		return err
+	}
 	if err := f.Sync(); err != nil {
 		return err
 	}
@@ -152,6 +155,49 @@ func TestErrorFSKinds(t *testing.T) {
 	require.NoError(t, f.Close())
 }
 
+func TestErrorFSPreallocate(t *testing.T) {
+	// Preallocate is an operation of its own, counted and failed like
+	// the others.
+	var ops []vfs.Op
+	var mu sync.Mutex
+	record := vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		mu.Lock()
+		defer mu.Unlock()
+		ops = append(ops, op)
+		return vfs.Fault{}
+	})
+	inner := vfs.NewErrorFS(newMemDir(t), record)
+	inj := &vfs.FailAt{Kinds: vfs.OpPreallocate, Err: syscall.ENOSPC}
+	efs := vfs.NewErrorFS(inner, inj)
+	f, err := efs.OpenFile(p("f"), os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	err = vfs.Preallocate(f, 4096)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.ErrorIs(t, err, vfs.ErrInjected)
+	var pe *os.PathError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "preallocate", pe.Op)
+	assert.Equal(t, p("f"), pe.Path)
+	assert.Contains(t, err.Error(), "op 1 preallocate")
+	assert.Equal(t, int64(2), efs.Ops(), "open and the preallocate")
+	assert.Equal(t, int64(1), inner.Ops(), "the failed preallocate did not reach the inner file")
+
+	// Without a fault it is forwarded to the inner file: here another
+	// ErrorFS's file, which counts it too.
+	require.NoError(t, vfs.Preallocate(f, 8192))
+	assert.Equal(t, int64(3), efs.Ops())
+	mu.Lock()
+	require.Len(t, ops, 2)
+	assert.Equal(t, vfs.Op{Index: 1, Kind: vfs.OpPreallocate, Path: p("f"), Off: 8192}, ops[1])
+	mu.Unlock()
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	assert.Zero(t, fi.Size(), "the size is kept")
+	require.NoError(t, f.Close())
+
+	assert.NotZero(t, vfs.OpMutations&vfs.OpPreallocate)
+}
+
 func TestErrorFSShortWriteAndSpaceReturns(t *testing.T) {
 	m := newMemDir(t)
 	inj := &vfs.FailAt{Kinds: vfs.OpWrite, Err: syscall.ENOSPC, Sticky: true, ShortWrite: 3}
@@ -210,6 +256,8 @@ func TestOpKindString(t *testing.T) {
 	assert.Equal(t, "write", vfs.OpWrite.String())
 	assert.Equal(t, "syncdir|sync", vfs.OpSyncs.String())
 	assert.Equal(t, "OpKind(0x0)", vfs.OpKind(0).String())
+	assert.Equal(t, "close|preallocate", (vfs.OpClose | vfs.OpPreallocate).String())
+	assert.Equal(t, "preallocate|OpKind(0x8000)", (vfs.OpPreallocate<<1 | vfs.OpPreallocate).String())
 }
 
 func TestErrorFSOverRealFS(t *testing.T) {

@@ -42,6 +42,9 @@ type MemOptions struct {
 // the current one that reads see, and the durable one. File.Sync copies a
 // file's current data to its durable data; SyncDir (or Sync on a directory
 // handle) copies a directory's current entries to its durable entries.
+// Each directory also logs, in order, the entry changes (create, remove,
+// rename) made since its last SyncDir, so that a crash can keep a prefix of
+// them (CrashOptions.DirOpsPrefix).
 //
 // Multiple goroutines may invoke methods on a MemFS and on its Files
 // simultaneously.
@@ -65,6 +68,9 @@ type memNode struct {
 	// For directories, guarded by MemFS.mu.
 	children       map[string]*memNode // current entries
 	syncedChildren map[string]*memNode // durable entries, as of the last SyncDir
+	// dirOps are the entry changes since the last SyncDir, oldest first:
+	// replaying all of them onto syncedChildren gives children.
+	dirOps []dirOp
 
 	mu      sync.Mutex
 	mode    os.FileMode
@@ -78,6 +84,64 @@ type memNode struct {
 }
 
 const clean = math.MaxInt64
+
+// entryChange sets a directory entry to node, or removes it if node is nil.
+type entryChange struct {
+	name string
+	node *memNode
+}
+
+// dirOp is one change of a directory's entries, kept or lost as a whole by
+// a crash: a create, a remove, the two halves of a rename within the
+// directory, or one half of a rename across directories.
+type dirOp []entryChange
+
+// logDirOp appends an unsynced entry change to dir's log. MemFS.mu must be
+// held.
+func (dir *memNode) logDirOp(changes ...entryChange) {
+	dir.dirOps = append(dir.dirOps, dirOp(changes))
+}
+
+// forgetDirOps drops the changes of name from dir's log, once the entry
+// name was made durable on its own (MemOptions.MkdirAllDurable): no
+// prefix of the log may then change it. MemFS.mu must be held.
+func (dir *memNode) forgetDirOps(name string) {
+	var ops []dirOp
+	for _, op := range dir.dirOps {
+		var kept dirOp
+		for _, ch := range op {
+			if ch.name != name {
+				kept = append(kept, ch)
+			}
+		}
+		if len(kept) > 0 {
+			ops = append(ops, kept)
+		}
+	}
+	dir.dirOps = ops
+}
+
+// markDirSynced makes dir's current entries durable. MemFS.mu must be
+// held.
+func (dir *memNode) markDirSynced() {
+	dir.syncedChildren = cloneEntries(dir.children)
+	dir.dirOps = nil
+}
+
+// replayDirOps returns a copy of synced with ops applied in order.
+func replayDirOps(synced map[string]*memNode, ops []dirOp) map[string]*memNode {
+	entries := cloneEntries(synced)
+	for _, op := range ops {
+		for _, ch := range op {
+			if ch.node == nil {
+				delete(entries, ch.name)
+			} else {
+				entries[ch.name] = ch.node
+			}
+		}
+	}
+	return entries
+}
 
 // memEpoch is the modification time of the first change.
 var memEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -201,6 +265,7 @@ func (m *MemFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) 
 	case n == nil:
 		n = m.newFile(perm)
 		parent.children[base] = n
+		parent.logDirOp(entryChange{name: base, node: n})
 		m.touch(parent)
 	case flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL:
 		return nil, &os.PathError{Op: "open", Path: name, Err: fs.ErrExist}
@@ -231,6 +296,7 @@ func (m *MemFS) Remove(name string) error {
 		return &os.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
 	}
 	delete(parent.children, base)
+	parent.logDirOp(entryChange{name: base})
 	m.touch(parent)
 	return nil
 }
@@ -249,11 +315,16 @@ func (m *MemFS) RemoveAll(name string) error {
 	case n == nil:
 		return nil
 	case parent == nil:
+		// One unlink per entry, as os.RemoveAll does.
+		for _, name := range sortedNames(n.children) {
+			n.logDirOp(entryChange{name: name})
+		}
 		clear(n.children)
 		m.touch(n)
 		return nil
 	}
 	delete(parent.children, base)
+	parent.logDirOp(entryChange{name: base})
 	m.touch(parent)
 	return nil
 }
@@ -302,6 +373,13 @@ func (m *MemFS) Rename(oldname, newname string) error {
 	}
 	delete(oldParent.children, oldBase)
 	newParent.children[newBase] = n
+	if newParent == oldParent {
+		// Atomic within one directory: both halves or neither.
+		oldParent.logDirOp(entryChange{name: oldBase}, entryChange{name: newBase, node: n})
+	} else {
+		oldParent.logDirOp(entryChange{name: oldBase})
+		newParent.logDirOp(entryChange{name: newBase, node: n})
+	}
 	m.touch(oldParent)
 	if newParent != oldParent {
 		m.touch(newParent)
@@ -335,6 +413,9 @@ func (m *MemFS) MkdirAll(dir string, perm os.FileMode) error {
 			n.children[p] = c
 			if m.opts.MkdirAllDurable {
 				n.syncedChildren[p] = c
+				n.forgetDirOps(p)
+			} else {
+				n.logDirOp(entryChange{name: p, node: c})
 			}
 			m.touch(n)
 		} else if !c.isDir {
@@ -392,7 +473,7 @@ func (m *MemFS) SyncDir(dir string) error {
 	if err != nil {
 		return &os.PathError{Op: "sync", Path: dir, Err: err}
 	}
-	n.syncedChildren = cloneEntries(n.children)
+	n.markDirSynced()
 	return nil
 }
 
@@ -532,7 +613,7 @@ func (f *memFile) Sync() error {
 	}
 	if f.n.isDir {
 		f.fs.mu.Lock()
-		f.n.syncedChildren = cloneEntries(f.n.children)
+		f.n.markDirSynced()
 		f.fs.mu.Unlock()
 		return nil
 	}

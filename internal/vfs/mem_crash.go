@@ -39,8 +39,23 @@ type CrashOptions struct {
 	// of its durable ones (as if SyncDir had run just before the crash).
 	// The choice is made per directory, so a rename within one directory
 	// is atomic; a rename across directories not followed by SyncDir of
-	// both may leave the entry in both places or in neither.
+	// both may leave the entry in both places or in neither. Directories
+	// that DirOpsPrefix picks are not subject to it.
 	KeepDirOps float64
+
+	// DirOpsPrefix is the probability that a directory with entry changes
+	// since its last SyncDir comes back with a uniformly random prefix of
+	// them (possibly none or all), replayed in order onto its durable
+	// entries, as a journaling filesystem keeps a prefix of its metadata
+	// operations; otherwise KeepDirOps decides. The changes are each
+	// create, remove and rename within the directory (a rename is kept or
+	// lost as a whole) and each half of a rename across directories (one
+	// per directory, so the entry may be left in both places or in
+	// neither), in the order they were made. A later change is never kept
+	// without the earlier ones of the same directory; directories are
+	// independent. An entry created and removed again is a change too: a
+	// prefix may keep it.
+	DirOpsPrefix float64
 }
 
 func clampProbability(p float64) float64 {
@@ -84,6 +99,7 @@ func (m *MemFS) CrashClone(opts CrashOptions) *MemFS {
 	opts.KeepUnsynced = clampProbability(opts.KeepUnsynced)
 	opts.ZeroSectors = clampProbability(opts.ZeroSectors)
 	opts.KeepDirOps = clampProbability(opts.KeepDirOps)
+	opts.DirOpsPrefix = clampProbability(opts.DirOpsPrefix)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -120,7 +136,10 @@ func (c *crasher) copyDir(n *memNode) *memNode {
 	c.copies[n] = d
 
 	entries := n.syncedChildren
-	if !maps.Equal(n.children, n.syncedChildren) && c.chance(c.opts.KeepDirOps) {
+	switch {
+	case len(n.dirOps) > 0 && c.chance(c.opts.DirOpsPrefix):
+		entries = replayDirOps(n.syncedChildren, n.dirOps[:c.rng.IntN(len(n.dirOps)+1)])
+	case !maps.Equal(n.children, n.syncedChildren) && c.chance(c.opts.KeepDirOps):
 		entries = n.children
 	}
 	d.children = make(map[string]*memNode, len(entries))

@@ -3,8 +3,10 @@ package vfs_test
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -332,10 +334,248 @@ func TestCrashOptionsKeepDirOps(t *testing.T) {
 	assert.Less(t, kept[0], kept[len(kept)-1], "varies with the seed")
 }
 
+// clampState builds a tree in which every option draws randomness several
+// times: directories with unsynced entry changes and files with unsynced
+// data, in several places, so that a draw made or skipped by one option
+// changes the choices after it.
+func clampState(t *testing.T) *vfs.MemFS {
+	t.Helper()
+	m, _, _ := crashState(t)
+	for i := range 4 {
+		d := p(fmt.Sprint("x", i))
+		require.NoError(t, m.MkdirAll(d, 0o755))
+		require.NoError(t, m.SyncDir(root))
+		writeFile(t, m, filepath.Join(d, "old"), "O", true)
+		f, err := m.OpenFile(filepath.Join(d, "g"), os.O_RDWR|os.O_CREATE, 0o644)
+		require.NoError(t, err)
+		_, err = f.WriteAt(bytes.Repeat([]byte("s"), 1500), 0)
+		require.NoError(t, err)
+		require.NoError(t, f.Sync())
+		_, err = f.WriteAt(bytes.Repeat([]byte("u"), 2000), 1000)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		require.NoError(t, m.SyncDir(d))
+		writeFile(t, m, filepath.Join(d, "new"), "N", true)
+		require.NoError(t, m.Remove(filepath.Join(d, "old")))
+	}
+	return m
+}
+
 func TestCrashOptionsClamped(t *testing.T) {
-	m, synced, current := crashState(t)
+	m, synced, _ := crashState(t)
 	got := readFile(t, m.CrashClone(vfs.CrashOptions{KeepUnsynced: -3}), p("f"))
 	assert.Equal(t, string(synced), got)
-	got = readFile(t, m.CrashClone(vfs.CrashOptions{Seed: 1, KeepUnsynced: 7}), p("f"))
-	assert.True(t, strings.HasPrefix(got, string(current[:1000])))
+	got = readFile(t, m.CrashClone(vfs.CrashOptions{KeepUnsynced: math.NaN()}), p("f"))
+	assert.Equal(t, string(synced), got, "NaN counts as 0")
+
+	// Out-of-range values give exactly the clone of the clamped value,
+	// seed for seed, with the other options set so that randomness is
+	// drawn before and after each option's own draws.
+	m = clampState(t)
+	fields := []struct {
+		name string
+		set  func(o *vfs.CrashOptions, v float64)
+	}{
+		{"KeepUnsynced", func(o *vfs.CrashOptions, v float64) { o.KeepUnsynced = v }},
+		{"ZeroSectors", func(o *vfs.CrashOptions, v float64) { o.ZeroSectors = v }},
+		{"KeepDirOps", func(o *vfs.CrashOptions, v float64) { o.KeepDirOps = v }},
+		{"DirOpsPrefix", func(o *vfs.CrashOptions, v float64) { o.DirOpsPrefix = v }},
+	}
+	for _, f := range fields {
+		t.Run(f.name, func(t *testing.T) {
+			clone := func(seed int64, v float64) []string {
+				o := vfs.CrashOptions{Seed: seed, KeepUnsynced: 0.5, ZeroSectors: 0.5, KeepDirOps: 0.5, DirOpsPrefix: 0.5}
+				f.set(&o, v)
+				return dump(t, m.CrashClone(o), root)
+			}
+			differ := false
+			for seed := range int64(20) {
+				zero, one := clone(seed, 0), clone(seed, 1)
+				differ = differ || !assert.ObjectsAreEqual(zero, one)
+				for _, tc := range []struct {
+					v    float64
+					want []string
+				}{
+					{7, one}, {math.Inf(1), one}, {1.0000001, one},
+					{-3, zero}, {math.Inf(-1), zero}, {math.NaN(), zero},
+				} {
+					require.Equal(t, tc.want, clone(seed, tc.v), "%s = %v, seed %d", f.name, tc.v, seed)
+				}
+			}
+			require.True(t, differ, "%s 0 and 1 give the same clones: the test cannot tell them apart", f.name)
+		})
+	}
+}
+
+// dirOpsSteps are entry changes of one directory, in the order a log's
+// deletion and roll make them; the created files' data is synced.
+var dirOpsSteps = []struct {
+	name string
+	do   func(t *testing.T, m *vfs.MemFS)
+}{
+	{"create a", func(t *testing.T, m *vfs.MemFS) { writeFile(t, m, p("a"), "A", true) }},
+	{"rename seg.log", func(t *testing.T, m *vfs.MemFS) {
+		require.NoError(t, m.Rename(p("seg.log"), p("seg.log.deleted")))
+	}},
+	{"rename seg.index", func(t *testing.T, m *vfs.MemFS) {
+		require.NoError(t, m.Rename(p("seg.index"), p("seg.index.deleted")))
+	}},
+	{"create b", func(t *testing.T, m *vfs.MemFS) { writeFile(t, m, p("b"), "B", true) }},
+	{"remove a", func(t *testing.T, m *vfs.MemFS) { require.NoError(t, m.Remove(p("a"))) }},
+	{"rename b over seg.log.deleted", func(t *testing.T, m *vfs.MemFS) {
+		require.NoError(t, m.Rename(p("b"), p("seg.log.deleted")))
+	}},
+	{"create c", func(t *testing.T, m *vfs.MemFS) { writeFile(t, m, p("c"), "C", true) }},
+}
+
+// dirOpsState returns a MemFS with durable seg.log and seg.index after the
+// first n of dirOpsSteps, unsynced unless syncEach.
+func dirOpsState(t *testing.T, n int, syncEach bool) *vfs.MemFS {
+	t.Helper()
+	m := newMemDir(t)
+	writeFile(t, m, p("seg.log"), "L", true)
+	writeFile(t, m, p("seg.index"), "I", true)
+	require.NoError(t, m.SyncDir(root))
+	for _, step := range dirOpsSteps[:n] {
+		step.do(t, m)
+		if syncEach {
+			require.NoError(t, m.SyncDir(root))
+		}
+	}
+	return m
+}
+
+func TestCrashDirOpsPrefix(t *testing.T) {
+	// prefixes[k] is the directory after the first k steps.
+	var prefixes [][]string
+	for k := range len(dirOpsSteps) + 1 {
+		prefixes = append(prefixes, dump(t, dirOpsState(t, k, true), root))
+	}
+	m := dirOpsState(t, len(dirOpsSteps), false)
+	seen := map[int]bool{}
+	for seed := range int64(300) {
+		opts := vfs.CrashOptions{Seed: seed, DirOpsPrefix: 1}
+		got := dump(t, m.CrashClone(opts), root)
+		require.Equal(t, got, dump(t, m.CrashClone(opts), root), "deterministic for a seed")
+		k := slices.IndexFunc(prefixes, func(s []string) bool { return slices.Equal(s, got) })
+		require.GreaterOrEqual(t, k, 0, "seed %d: %v is no prefix of the changes", seed, got)
+		seen[k] = true
+	}
+	for k := range prefixes {
+		assert.True(t, seen[k], "the prefix of %d changes never came back", k)
+	}
+	// The original is unchanged and a prefix is what the clone holds
+	// durably.
+	assert.Equal(t, prefixes[len(dirOpsSteps)], dump(t, m, root))
+	c := m.CrashClone(vfs.CrashOptions{Seed: 1, DirOpsPrefix: 1})
+	assert.Equal(t, dump(t, c, root), dump(t, c.CrashClone(vfs.CrashOptions{}), root))
+
+	// With DirOpsPrefix 0 the all-or-nothing choice of KeepDirOps is
+	// unchanged.
+	for seed := range int64(20) {
+		got := dump(t, m.CrashClone(vfs.CrashOptions{Seed: seed, KeepDirOps: 0.5}), root)
+		assert.Contains(t, [][]string{prefixes[0], prefixes[len(dirOpsSteps)]}, got)
+	}
+
+	// A probability below 1 mixes prefixes with KeepDirOps's choice.
+	seen = map[int]bool{}
+	for seed := range int64(300) {
+		got := dump(t, m.CrashClone(vfs.CrashOptions{Seed: seed, DirOpsPrefix: 0.5, KeepDirOps: 1}), root)
+		k := slices.IndexFunc(prefixes, func(s []string) bool { return slices.Equal(s, got) })
+		require.GreaterOrEqual(t, k, 0)
+		seen[k] = true
+	}
+	assert.Greater(t, len(seen), 3)
+}
+
+func TestCrashDirOpsPrefixSyncDirClears(t *testing.T) {
+	for _, viaHandle := range []bool{false, true} {
+		m := dirOpsState(t, 4, false)
+		if viaHandle {
+			d, err := m.OpenFile(root, os.O_RDONLY, 0)
+			require.NoError(t, err)
+			require.NoError(t, d.Sync())
+			require.NoError(t, d.Close())
+		} else {
+			require.NoError(t, m.SyncDir(root))
+		}
+		synced := dump(t, m, root)
+		writeFile(t, m, p("z"), "Z", true)
+		all := dump(t, m, root)
+		seen := map[string]bool{}
+		for seed := range int64(50) {
+			got := dump(t, m.CrashClone(vfs.CrashOptions{Seed: seed, DirOpsPrefix: 1}), root)
+			require.Contains(t, [][]string{synced, all}, got, "only the change after SyncDir may be lost (seed %d)", seed)
+			seen[strings.Join(got, ",")] = true
+		}
+		assert.Len(t, seen, 2, "via handle %v", viaHandle)
+	}
+}
+
+func TestCrashDirOpsPrefixCrossDirectory(t *testing.T) {
+	// A rename across directories is one change in each: each directory
+	// keeps its half or not, independently.
+	m := newMemDir(t)
+	require.NoError(t, m.MkdirAll(p("x"), 0o755))
+	require.NoError(t, m.MkdirAll(p("y"), 0o755))
+	require.NoError(t, m.SyncDir(root))
+	writeFile(t, m, p("x", "f"), "F", true)
+	require.NoError(t, m.SyncDir(p("x")))
+	require.NoError(t, m.Rename(p("x", "f"), p("y", "f")))
+	seen := map[[2]bool]bool{}
+	for seed := range int64(100) {
+		c := m.CrashClone(vfs.CrashOptions{Seed: seed, DirOpsPrefix: 1})
+		var in [2]bool
+		for i, d := range []string{"x", "y"} {
+			if _, err := c.Stat(p(d, "f")); err == nil {
+				in[i] = true
+				assert.Equal(t, "F", readFile(t, c, p(d, "f")))
+			}
+		}
+		seen[in] = true
+	}
+	assert.Len(t, seen, 4, "in x, in y, in both, in neither")
+}
+
+func TestCrashDirOpsPrefixMkdirAllDurable(t *testing.T) {
+	// A directory MkdirAll made durable at once is there in every
+	// prefix, even where an earlier unsynced change removed its name.
+	m := vfs.NewMemWithOptions(vfs.MemOptions{MkdirAllDurable: true})
+	require.NoError(t, m.MkdirAll(root, 0o755))
+	writeFile(t, m, p("q"), "Q", true)
+	require.NoError(t, m.SyncDir(root))
+	writeFile(t, m, p("a"), "A", true)
+	require.NoError(t, m.Remove(p("q")))
+	require.NoError(t, m.MkdirAll(p("q"), 0o755))
+	writeFile(t, m, p("b"), "B", true)
+	seen := map[string]bool{}
+	for seed := range int64(100) {
+		c := m.CrashClone(vfs.CrashOptions{Seed: seed, DirOpsPrefix: 1})
+		fi, err := c.Stat(p("q"))
+		require.NoError(t, err, "seed %d", seed)
+		require.True(t, fi.IsDir(), "seed %d", seed)
+		got := dump(t, c, root)
+		seen[strings.Join(got, ",")] = true
+		if slices.Contains(got, p("b")+"=B") {
+			require.Contains(t, got, p("a")+"=A", "b kept without a (seed %d)", seed)
+		}
+	}
+	assert.Len(t, seen, 3, "neither, a, a and b")
+}
+
+func TestCrashDirOpsPrefixRemoveAllRoot(t *testing.T) {
+	// RemoveAll of the root unlinks its entries one by one, in order.
+	m := vfs.NewMem()
+	for _, name := range []string{"/a", "/b", "/c"} {
+		writeFile(t, m, name, name, true)
+	}
+	require.NoError(t, m.SyncDir("/"))
+	require.NoError(t, m.RemoveAll("/"))
+	seen := map[string]bool{}
+	for seed := range int64(100) {
+		names, err := m.CrashClone(vfs.CrashOptions{Seed: seed, DirOpsPrefix: 1}).ReadDir("/")
+		require.NoError(t, err)
+		seen[strings.Join(names, ",")] = true
+	}
+	assert.Equal(t, map[string]bool{"a,b,c": true, "b,c": true, "c": true, "": true}, seen)
 }
