@@ -134,7 +134,8 @@ func truncationFault(t *testing.T, f *switchFault, call func(l *Log) (func(Batch
 }
 
 // forEachFault runs truncationFault with the n-th matching operation
-// failing, for n = 0, 1, ... until the call no longer reaches it.
+// failing, for n = 0, 1, ... until the call no longer reaches it. The call
+// must reach at least one: a fault never injected tests nothing.
 func forEachFault(t *testing.T, match func(vfs.Op) bool, call func(l *Log) (func(Batch) bool, error)) {
 	for n := int64(0); ; n++ {
 		require.Less(t, n, int64(200))
@@ -142,6 +143,9 @@ func forEachFault(t *testing.T, match func(vfs.Op) bool, call func(l *Log) (func
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			hit = truncationFault(t, &switchFault{match: match, n: n, err: syscall.EIO}, call)
 		})
+		if n == 0 {
+			require.True(t, hit, "the call reached no matching operation")
+		}
 		if !hit || t.Failed() {
 			return
 		}
