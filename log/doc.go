@@ -47,17 +47,18 @@
 //     its index files and the directory are fsynced by the Log's background
 //     flusher, which then advances the recovery point (written atomically:
 //     temporary file, fsync, rename, fsync of the directory; at most once
-//     per Options.CheckpointInterval, the file lagging in between). This
-//     is the fix of KAFKA-9693/KAFKA-15046. Nor does a roll create a file:
-//     the flusher creates the next segment's file ahead of time
-//     (next-segment.log.tmp) and the roll renames it, because creating a
-//     file can cost milliseconds of kernel CPU (ext4 without a journal
-//     scans recently freed inodes). The flusher also allocates the file's
-//     first Options.PreallocateBytes on disk (Linux fallocate, keeping its
-//     size 0): appends into allocated space cost about a fifth less than
-//     appends that grow a file. What a segment did not use is released
-//     when it rolls and at Close. Logs that roll together can share an
-//     Options.FlushGroup so that their flushers do not take every core.
+//     per Options.CheckpointInterval, a minute by default, the file lagging
+//     in between). This is the fix of KAFKA-9693/KAFKA-15046. Nor does a
+//     roll create a file: the flusher creates the next segment's file ahead
+//     of time (next-segment.log.tmp) and the roll renames it, because
+//     creating a file can cost milliseconds of kernel CPU (ext4 without a
+//     journal scans recently freed inodes). The flusher also allocates the
+//     file's first Options.PreallocateBytes on disk (Linux fallocate,
+//     keeping its size 0): appends into allocated space cost about a fifth
+//     less than appends that grow a file. What a segment did not use is
+//     released when it rolls and at Close. Logs that roll together can
+//     share an Options.FlushGroup so that their flushers do not take every
+//     core.
 //   - A failed fsync is sticky: the Log refuses appends and syncs with an
 //     error wrapping ErrSyncFailed until it is reopened, and nothing after
 //     the last successful Sync is reported durable.
