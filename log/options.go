@@ -96,8 +96,9 @@ type Options struct {
 	// it fails with an error wrapping ErrCorrupt that names the segment
 	// and position and changes no file, since the data after the damage
 	// may have been acknowledged. Set it for a replica that can fetch
-	// the dropped data again from its leader. Torn tails (nothing valid
-	// after the invalid batch) are truncated either way.
+	// the dropped data again from its leader. Torn tails are truncated
+	// either way (see the package documentation for how recovery tells
+	// them from damage).
 	TruncateAtCorruption bool
 
 	// FlushGroup, shared by several Logs, bounds how many of them run

@@ -319,39 +319,56 @@ func (l *Log) recover(rp int64) error {
 		// tail at a batch boundary while the next segment's entry survived
 		// (gaps made on purpose by follower appends are moved below the
 		// recovery point first; see makeGapDurable).
-		if i > first && s.base != segs[i-1].next.Load() {
-			return l.truncateRecovered(segs, first, i-1, segs[i-1].size.Load(),
-				fmt.Errorf("%w: segment %d does not continue the previous one, which ends at %d", ErrCorrupt, s.base, segs[i-1].next.Load()))
+		if prev := segs[max(i-1, 0)]; i > first && s.base != prev.next.Load() {
+			cause := fmt.Errorf("%w: segment %d does not continue the previous one, which ends at %d", ErrCorrupt, s.base, prev.next.Load())
+			if s.base < prev.next.Load() {
+				// An overlap is no lost tail: the last batch of prev
+				// claims offsets of s, so its base offset (outside the
+				// CRC) is damaged.
+				if err := l.refuseTruncation(prev, prev.size.Load(), cause); err != nil {
+					return err
+				}
+			}
+			return l.truncateRecovered(segs, first, i-1, prev.size.Load(), cause)
 		}
 		res := s.rebuild(l.opts.MaxBatchBytes)
 		if res.err != nil {
 			return res.err // a failed read is no reason to truncate
 		}
 		if res.invalid != nil {
-			validAfter := res.validAfter
-			if !validAfter && res.tailNext >= 0 && i+1 < len(segs) {
+			validAfter := res.validAfter || (res.wholeAtEnd && i+1 < len(segs))
+			if n := segs[min(i+1, len(segs)-1)]; !validAfter && res.endsFile && i+1 < len(segs) && n.base > s.next.Load() {
 				var err error
-				if validAfter, err = l.segmentStartsWith(segs[i+1], res.tailNext); err != nil {
+				if validAfter, err = l.segmentStartsWith(n, n.base); err != nil {
 					return err
 				}
 			}
-			if validAfter && !l.opts.TruncateAtCorruption {
-				// Valid data follows the damage: this is no torn tail
-				// but damage in the middle of the log, and truncating
-				// would silently drop the data after it, acknowledged
-				// data included. Leave the files as they are for the
-				// operator to decide.
-				return fmt.Errorf("replog/log: recovery found an invalid batch followed by valid data in segment %s at position %d; not truncating (see Options.TruncateAtCorruption): %w",
-					s.path(logSuffix), res.validEnd, res.invalid)
-			}
 			if validAfter {
-				l.opts.Logger.Warn("replog/log: truncating at an invalid batch followed by valid data (TruncateAtCorruption)",
-					"segment", s.path(logSuffix), "position", res.validEnd, "err", res.invalid)
+				if err := l.refuseTruncation(s, res.validEnd, res.invalid); err != nil {
+					return err
+				}
 			}
 			return l.truncateRecovered(segs, first, i, res.validEnd, res.invalid)
 		}
 	}
 	return l.syncRecovered(segs[first:])
+}
+
+// refuseTruncation answers damage that a crash does not leave (valid data
+// after an invalid batch, a whole batch whose framing is damaged, segments
+// that overlap): truncating there would silently drop the data after it,
+// acknowledged data included. It returns an error wrapping ErrCorrupt
+// and cause, and recovery leaves the files as they are for the operator
+// to decide, unless Options.TruncateAtCorruption asks to truncate anyway:
+// then it logs a warning and returns nil.
+func (l *Log) refuseTruncation(s *segment, pos int64, cause error) error {
+	if !l.opts.TruncateAtCorruption {
+		return fmt.Errorf("replog/log: recovery found damage that is no torn tail in segment %s at position %d; not truncating (see Options.TruncateAtCorruption): %w",
+			s.path(logSuffix), pos, cause)
+	}
+	l.opts.Logger.Warn("replog/log: truncating at damage that is no torn tail (TruncateAtCorruption)",
+		"segment", s.path(logSuffix), "position", pos, "err", cause)
+	return nil
 }
 
 // segmentStartsWith reports whether s's first batch is whole and valid

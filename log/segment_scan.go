@@ -141,11 +141,17 @@ type rebuildResult struct {
 	// follows the invalid one, which does not look torn: the damage is in
 	// the middle of the data, not a torn tail.
 	validAfter bool
-	// tailNext is set when the invalid batch is the last one of the file
-	// by its own framing and does not look torn: it is the offset the
-	// next segment must start at for the damage to lie in the middle of
-	// the log (see Log.recover).
-	tailNext int64
+	// endsFile reports that the invalid batch's length ends it exactly at
+	// the end of the file and it holds no sector of zeros: a crash does
+	// not leave that either, so a next segment that starts with a valid
+	// batch past the offsets before it means damage in the middle of the
+	// log (see Log.recover).
+	endsFile bool
+	// wholeAtEnd reports that the invalid batch is the last of the file
+	// and whole (its bytes match its CRC; only fields outside the CRC are
+	// damaged): no crash leaves that, so a segment after this one means
+	// damage in the middle of the log.
+	wholeAtEnd bool
 	// err is an I/O error that stopped the scan: it says nothing about
 	// the data, which must not be truncated because of it.
 	err error
@@ -169,7 +175,6 @@ func (s *segment) rebuild(maxBatch int) rebuildResult {
 	}
 	sc := newBatchScanner(s, maxBatch)
 	var res rebuildResult
-	res.tailNext = -1
 	for {
 		b, pos, err := sc.next()
 		if err == io.EOF {
@@ -178,7 +183,15 @@ func (s *segment) rebuild(maxBatch int) rebuildResult {
 			return res
 		}
 		if err == nil {
-			err = s.checkContinues(b, next)
+			if err = s.checkContinues(b, next); err != nil && !s.tornSectorRest(b, pos, next, sc.end) {
+				// A whole batch whose bytes match its CRC is no torn
+				// write: its base offset, or the one of the batch
+				// before it, is damaged (the CRC covers neither).
+				res.validEnd, res.validAfter = pos, true
+				res.invalid = fmt.Errorf("segment %s: %w", s.path(logSuffix), err)
+				publish()
+				return res
+			}
 		}
 		if err != nil && !errors.Is(err, ErrCorrupt) {
 			res.validEnd, res.err = pos, fmt.Errorf("segment %s: %w", s.path(logSuffix), err)
@@ -186,7 +199,9 @@ func (s *segment) rebuild(maxBatch int) rebuildResult {
 		}
 		if err != nil {
 			res.validEnd, res.invalid = pos, fmt.Errorf("segment %s: %w", s.path(logSuffix), err)
-			res.validAfter, res.tailNext, res.err = s.validBatchAfter(pos, next, sc.end, maxBatch)
+			var v damageVerdict
+			v, res.err = s.judgeDamage(pos, next, sc.end, maxBatch)
+			res.validAfter, res.endsFile, res.wholeAtEnd = v.validAfter, v.endsFile, v.wholeAtEnd
 			publish()
 			return res
 		}
@@ -223,78 +238,4 @@ func (s *segment) noteBatch(b Batch) {
 		s.maxTS.Store(ts)
 		s.relOfMaxTS = int32(b.LastOffset() - s.base)
 	}
-}
-
-// validBatchAfter judges the invalid batch at pos, where a batch starting
-// at or after offset next was expected, in a file of end bytes. The damage
-// lies in the middle of the data (validAfter) when the invalid batch's
-// header is plausible (magic, offsets continuing next, a length inside the
-// file), a whole batch that passes validation, CRC included, starts where
-// that length ends and continues the invalid batch's offsets, and the
-// invalid batch holds no aligned sector of zeros. Anything else (a cut
-// batch, zeros or garbage after it, a zeroed sector inside it) is what a
-// crash leaves in unsynced data: a torn tail. When the invalid batch ends
-// exactly at the end of the file, tailNext is the offset after it (-1
-// otherwise), for the caller to look at the next segment.
-func (s *segment) validBatchAfter(pos, next, end int64, maxBatch int) (validAfter bool, tailNext int64, err error) {
-	tailNext = -1
-	var hdr [BatchHeaderSize]byte
-	if n, _ := s.file.ReadAt(hdr[:], pos); n < BatchHeaderSize {
-		return false, -1, nil
-	}
-	bad := Batch(hdr[:])
-	size := int64(bad.Length()) + LogOverhead
-	if bad.Magic() != MagicV2 || size < BatchHeaderSize || size > end-pos ||
-		bad.BaseOffset() < next || bad.LastOffsetDelta() < 0 || bad.LastOffset()-s.base > math.MaxInt32 {
-		return false, -1, nil
-	}
-	torn, err := s.holdsZeroSector(pos, size)
-	if err != nil || torn {
-		return false, -1, err
-	}
-	if pos+size == end {
-		return false, bad.NextOffset(), nil
-	}
-	sc := &batchScanner{s: s, maxBatch: maxBatch, pos: pos + size, end: end}
-	b, _, err := sc.next()
-	if err != nil && !errors.Is(err, ErrCorrupt) {
-		return false, -1, err
-	}
-	return err == nil && b.BaseOffset() >= bad.NextOffset() && b.LastOffset()-s.base <= math.MaxInt32, -1, nil
-}
-
-// holdsZeroSector reports whether the size bytes at pos contain an
-// aligned zeroSector-byte block of zeros, as a torn write leaves.
-func (s *segment) holdsZeroSector(pos, size int64) (bool, error) {
-	first := (pos + zeroSector - 1) / zeroSector * zeroSector
-	if first+zeroSector > pos+size {
-		return false, nil
-	}
-	buf := make([]byte, min(scanChunk, (pos+size-first)/zeroSector*zeroSector))
-	for p := first; p+zeroSector <= pos+size; {
-		n := min(int64(len(buf)), (pos+size-p)/zeroSector*zeroSector)
-		m, err := s.file.ReadAt(buf[:n], p)
-		if int64(m) < n {
-			if err == nil || err == io.EOF {
-				return true, nil // shorter than its size: torn
-			}
-			return false, err
-		}
-		for i := int64(0); i < n; i += zeroSector {
-			if allZero(buf[i : i+zeroSector]) {
-				return true, nil
-			}
-		}
-		p += n
-	}
-	return false, nil
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
