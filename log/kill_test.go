@@ -59,6 +59,7 @@ func TestKillHelper(t *testing.T) {
 		os.Exit(3) // the parent is gone
 	}()
 	fmt.Println("start")
+	start := time.Now()
 	l, err := Open(dir, killOptions())
 	if err != nil {
 		fmt.Printf("error %v\n", err)
@@ -66,7 +67,7 @@ func TestKillHelper(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 0))
 	out := bufio.NewWriter(os.Stdout)
-	fmt.Fprintf(out, "opened %d\n", l.LogEndOffset())
+	fmt.Fprintf(out, "opened %d %d\n", l.LogEndOffset(), time.Since(start))
 	out.Flush()
 	for {
 		for n := 1 + rng.IntN(3); n > 0; n-- {
@@ -103,6 +104,9 @@ func TestKill(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 9))
 	var acked int64 // everything below it was acknowledged
 	var duringOpen int
+	// How long the child's last Open took, by its own clock: a kill
+	// meant for the Open comes at a uniformly random moment of it.
+	openTook := time.Millisecond
 	for kill := 0; kill < killKills; kill++ {
 		if kill%killsPerDir == 0 {
 			dir, acked = t.TempDir(), 0
@@ -111,15 +115,18 @@ func TestKill(t *testing.T) {
 		// recovers) the log; the others after a random number of
 		// acknowledgements, plus a little.
 		acks := 0
-		delay := time.Duration(rng.IntN(10000)) * time.Microsecond
+		delay := time.Duration(rng.Int64N(int64(max(openTook, time.Microsecond))))
 		if kill%4 != 0 {
 			acks = 1 + rng.IntN(25)
 			delay = time.Duration(rng.IntN(2000)) * time.Microsecond
 		}
 		desc := fmt.Sprintf("(kill %d, seed %d, after %d acks + %v)", kill, seed, acks, delay)
-		got, started, opened := runAndKill(t, dir, acks, delay, desc)
+		got, started, opened, took := runAndKill(t, dir, acks, delay, desc)
 		if started && !opened {
 			duringOpen++
+		}
+		if took > 0 {
+			openTook = took
 		}
 		for _, a := range got {
 			acked = max(acked, a)
@@ -131,9 +138,9 @@ func TestKill(t *testing.T) {
 
 // runAndKill starts the child, waits for it to start and then for acks
 // acknowledgements and delay, kills it and returns the offsets it
-// reported as acknowledged, and whether it had started to open and had
-// opened the log.
-func runAndKill(t *testing.T, dir string, acks int, delay time.Duration, desc string) (acked []int64, started, opened bool) {
+// reported as acknowledged, whether it had started to open and had
+// opened the log, and how long its Open took (0 if it did not report).
+func runAndKill(t *testing.T, dir string, acks int, delay time.Duration, desc string) (acked []int64, started, opened bool, openTook time.Duration) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), killDirEnv+"="+dir)
@@ -166,6 +173,9 @@ func runAndKill(t *testing.T, dir string, acks int, delay time.Duration, desc st
 			started = true
 		case strings.HasPrefix(line, "opened "):
 			opened = true
+			var leo int64
+			_, err := fmt.Sscanf(line, "opened %d %d", &leo, &openTook)
+			require.NoError(t, err, "child output %q", line)
 		case strings.HasPrefix(line, "acked "):
 			off, err := strconv.ParseInt(strings.TrimPrefix(line, "acked "), 10, 64)
 			require.NoError(t, err, "child output %q", line)
@@ -192,7 +202,7 @@ func runAndKill(t *testing.T, dir string, acks int, delay time.Duration, desc st
 	require.ErrorAs(t, err, &exitErr, "child was not killed %s", desc)
 	ws, ok := exitErr.Sys().(syscall.WaitStatus)
 	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child ended with %v, not SIGKILL %s", err, desc)
-	return acked, started, opened
+	return acked, started, opened, openTook
 }
 
 // checkKilled opens the log the child left and checks A1-A5: it holds only
