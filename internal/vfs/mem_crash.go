@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -56,6 +57,14 @@ type CrashOptions struct {
 	// independent. An entry created and removed again is a change too: a
 	// prefix may keep it.
 	DirOpsPrefix float64
+
+	// Kill makes the clone what the process's death, not a power loss,
+	// leaves: the kernel keeps every change, synced or not (the page cache
+	// survives), and no more of it is durable than before. The other
+	// options are then ignored; a CrashClone of the clone later shows what
+	// a power loss would leave of it, so that what a process does after
+	// the kill (recovery) can be checked to make durable what it trusts.
+	Kill bool
 }
 
 func clampProbability(p float64) float64 {
@@ -87,7 +96,8 @@ type crasher struct {
 // not followed by SyncDir of the directory is undone (the old name is back
 // with the old inode and that inode's durable data), and a file's unsynced
 // writes and truncations are gone. opts can keep some unsynced changes; see
-// CrashOptions.
+// CrashOptions. With opts.Kill the clone is what a killed process leaves
+// instead: every change, with the same durable state as m.
 //
 // A directory reachable at several durable places (possible only after
 // unsynced renames of directories across directories) is kept at the first
@@ -105,6 +115,10 @@ func (m *MemFS) CrashClone(opts CrashOptions) *MemFS {
 	defer m.mu.Unlock()
 	dst := &MemFS{opts: m.opts}
 	dst.clock.Store(m.clock.Load())
+	if opts.Kill {
+		dst.root = copyExact(m.root, map[*memNode]*memNode{})
+		return dst
+	}
 	c := &crasher{
 		dst:    dst,
 		rng:    rand.New(rand.NewPCG(uint64(opts.Seed), 0x9e3779b97f4a7c15)),
@@ -113,6 +127,45 @@ func (m *MemFS) CrashClone(opts CrashOptions) *MemFS {
 	}
 	dst.root = c.copyDir(m.root)
 	return dst
+}
+
+// copyExact copies n with its current and durable state alike, sharing
+// copies where the source shares nodes (copies maps a source node to its
+// copy). The source MemFS's mu is held.
+func copyExact(n *memNode, copies map[*memNode]*memNode) *memNode {
+	if n == nil {
+		return nil
+	}
+	if c, ok := copies[n]; ok {
+		return c
+	}
+	n.mu.Lock()
+	c := &memNode{isDir: n.isDir, mode: n.mode, modTime: n.modTime, dirty: n.dirty,
+		data: bytes.Clone(n.data), synced: bytes.Clone(n.synced)}
+	n.mu.Unlock()
+	copies[n] = c
+	if !n.isDir {
+		return c
+	}
+	copyEntries := func(entries map[string]*memNode) map[string]*memNode {
+		if entries == nil {
+			return nil
+		}
+		out := make(map[string]*memNode, len(entries))
+		for name, child := range entries {
+			out[name] = copyExact(child, copies)
+		}
+		return out
+	}
+	c.children, c.syncedChildren = copyEntries(n.children), copyEntries(n.syncedChildren)
+	for _, op := range n.dirOps {
+		cop := make(dirOp, len(op))
+		for i, ch := range op {
+			cop[i] = entryChange{name: ch.name, node: copyExact(ch.node, copies)}
+		}
+		c.dirOps = append(c.dirOps, cop)
+	}
+	return c
 }
 
 // chance reports true with probability p, drawing nothing when p is 0 or 1

@@ -579,3 +579,36 @@ func TestCrashDirOpsPrefixRemoveAllRoot(t *testing.T) {
 	}
 	assert.Equal(t, map[string]bool{"a,b,c": true, "b,c": true, "c": true, "": true}, seen)
 }
+
+// TestCrashKill: a Kill clone keeps every change, synced or not, with the
+// durable state unchanged: a power loss of the clone later leaves what a
+// power loss of the original would, until the clone syncs more.
+func TestCrashKill(t *testing.T) {
+	m := newMemDir(t)
+	writeFile(t, m, p("a"), "A", true)
+	require.NoError(t, m.SyncDir(root))
+	f, err := m.OpenFile(p("a"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("+unsynced"), 1)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	writeFile(t, m, p("b"), "B", true)           // entry not synced
+	require.NoError(t, m.Rename(p("a"), p("c"))) // nor is this
+	require.NoError(t, m.MkdirAll(p("d"), 0o755))
+	writeFile(t, m, p("d/e"), "E", false)
+
+	k := m.CrashClone(vfs.CrashOptions{Kill: true, KeepUnsynced: 0.5, Seed: 3})
+	require.Equal(t, dump(t, m, root), dump(t, k, root), "the kill keeps every change")
+	require.Equal(t, dump(t, m.CrashClone(vfs.CrashOptions{}), root), dump(t, k.CrashClone(vfs.CrashOptions{}), root),
+		"and makes nothing more durable")
+
+	// The clone is independent, and syncing it makes its changes durable.
+	writeFile(t, k, p("d/e"), "E2", true)
+	require.NoError(t, k.SyncDir(p("d")))
+	require.NoError(t, k.SyncDir(root))
+	require.Equal(t, "E", readFile(t, m, p("d/e")))
+	after := k.CrashClone(vfs.CrashOptions{})
+	assert.Equal(t, "E2", readFile(t, after, p("d/e")))
+	assert.Equal(t, "B", readFile(t, after, p("b")))
+	assert.Equal(t, "A", readFile(t, after, p("c")), "the rename is durable, the unsynced write is not")
+}
