@@ -173,10 +173,11 @@ func (w *idemCrashWorkload) verify(t testing.TB, image vfs.FS, res idemCrashResu
 }
 
 // TestProducerRetriesAcrossCrashes runs the workload with a crash before
-// every k-th filesystem operation, alternating a strict crash model (only
-// synced data and directory entries survive) with a partial one (a seeded
-// part of the unsynced changes survives too). No goroutine of the crashed
-// logs may be left behind.
+// every filesystem operation (every k-th with -short), taking turns with
+// the crash models: strict (only synced data and directory entries
+// survive), partial (a seeded part of the unsynced changes survives too)
+// and kill (every change survives, no more of it durable). No goroutine of
+// the crashed logs may be left behind.
 func TestProducerRetriesAcrossCrashes(t *testing.T) {
 	requireNoGoroutineLeak(t)
 	w := &idemCrashWorkload{
@@ -198,17 +199,19 @@ func TestProducerRetriesAcrossCrashes(t *testing.T) {
 		require.GreaterOrEqual(t, st.Snapshots, 4)
 	}
 
-	// About 150 crash points, whatever the workload's operation count.
-	step := max(1, total/150)
+	step := int64(1)
 	if testing.Short() {
 		step = max(1, total/40)
 	}
 	withSnapshots, points := 0, 0
 	for n := int64(0); ; n += step {
 		mem := idemMem()
-		opts := vfs.CrashOptions{}
-		if points%2 == 1 {
+		var opts vfs.CrashOptions
+		switch points % 3 {
+		case 1:
 			opts = vfs.CrashOptions{Seed: n, KeepUnsynced: 0.5, ZeroSectors: 0.1, KeepDirOps: 0.5, DirOpsPrefix: 0.5}
+		case 2:
+			opts = vfs.CrashOptions{Kill: true}
 		}
 		crash := &vfs.Crash{N: n, Mem: mem, Opts: opts}
 		res := w.run(t, vfs.NewErrorFS(mem, crash))
