@@ -200,6 +200,44 @@ func TestLengthFieldPastEndOfFile(t *testing.T) {
 	}
 }
 
+// TestGarbageTailOfPlausibleHeaders (S3): a tail of 2 MiB of garbage in
+// which a plausible batch header (magic, offsets continuing the log, a
+// length inside the file) starts every 97 bytes, none of them with a
+// matching CRC, is a torn tail, and looking past its first header for
+// valid data reads each candidate's claimed bytes only: allocation stays
+// far below the 21,000 candidates times a read chunk.
+func TestGarbageTailOfPlausibleHeaders(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	img := buildTailImage(t, 12, 200, false)
+	next := Batch(img.batches[len(img.batches)-1]).NextOffset()
+	damage := func(d []byte) []byte {
+		garbage := make([]byte, 2<<20)
+		for i := range garbage {
+			garbage[i] = byte(i*31 + 7)
+		}
+		for at, k := 0, int64(0); at+BatchHeaderSize <= len(garbage); at, k = at+97, k+1 {
+			h := Batch(garbage[at : at+BatchHeaderSize])
+			h.setBaseOffset(next + k)
+			binary.BigEndian.PutUint32(h[offLength:], uint32(150))
+			h[offMagic] = byte(MagicV2)
+			binary.BigEndian.PutUint32(h[offLastOffsetDelta:], 0)
+		}
+		return append(d, garbage...)
+	}
+	fs := img.damaged(t, damage)
+	opts := img.opts
+	opts.FS = fs
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l, err := Open("/log", opts)
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(32<<20), "recovery allocated per candidate header")
+	img.checkRecoveredTo(t, img.damaged(t, damage), len(img.batches), true, "garbage of plausible headers")
+}
+
 // ---- S4 ----
 
 // sealedLog is a small log closed cleanly, with the layout of its batches.

@@ -153,6 +153,7 @@ func (s *segment) findValidBatch(from, next, end int64, maxBatch int) (int64, er
 		return -1, nil
 	}
 	buf := make([]byte, min(scanChunk, end-from))
+	scratch := make([]byte, 64<<10)
 	for p := from; p+BatchHeaderSize <= end; {
 		n, err := s.file.ReadAt(buf[:min(int64(len(buf)), end-p)], p)
 		if n < BatchHeaderSize {
@@ -167,11 +168,16 @@ func (s *segment) findValidBatch(from, next, end int64, maxBatch int) (int64, er
 			if h.Magic() != MagicV2 || !s.plausibleHeader(h, q, next, end) {
 				continue
 			}
-			ok, err := s.validBatchAt(q, next, end, maxBatch)
+			// The CRC first, through scratch: garbage makes many
+			// plausible headers, and a full check reads a whole chunk.
+			size := int64(h.Length()) + LogOverhead
+			ok, err := batchCRCMatches(s.file, q, size, h.CRC(), scratch)
+			if err == nil && ok {
+				ok, err = s.validBatchAt(q, next, end, maxBatch)
+			}
 			if err != nil {
 				return -1, err
 			}
-			size := int64(h.Length()) + LogOverhead
 			if ok && q+size < end {
 				ok, err = s.validBatchAt(q+size, h.NextOffset(), end, maxBatch)
 				if err != nil {
