@@ -26,7 +26,16 @@ const (
 // encodeSnapshot serialises the producer state.
 func encodeSnapshot(dst []byte, ps *producerState) []byte {
 	be := binary.BigEndian
-	dst = slices.Grow(dst, snapshotHeaderSize+ps.count()*(snapshotEntrySize+producerBatchesKept*snapshotBatchSize))
+	need := snapshotHeaderSize
+	for i := range ps.entries {
+		need += snapshotEntrySize + int(ps.entries[i].n)*snapshotBatchSize
+	}
+	if cap(dst)-len(dst) < need {
+		// Room for twice as much: the buffer comes back for the next
+		// roll (flusher.snapBuf), and a state that grows from roll to
+		// roll then does not need a new one every time.
+		dst = slices.Grow(dst, 2*need)
+	}
 	start := len(dst)
 	dst = be.AppendUint16(dst, snapshotVersion)
 	dst = be.AppendUint32(dst, 0) // crc, set below
