@@ -336,14 +336,11 @@ func (l *Log) recover(rp int64) error {
 			return res.err // a failed read is no reason to truncate
 		}
 		if res.invalid != nil {
-			validAfter := res.validAfter || (res.wholeAtEnd && i+1 < len(segs))
-			if n := segs[min(i+1, len(segs)-1)]; !validAfter && res.endsFile && i+1 < len(segs) && n.base > s.next.Load() {
-				var err error
-				if validAfter, err = l.segmentStartsWith(n, n.base); err != nil {
-					return err
-				}
+			middle, err := l.damageInMiddle(segs, i, res)
+			if err != nil {
+				return err
 			}
-			if validAfter {
+			if middle {
 				if err := l.refuseTruncation(s, res.validEnd, res.invalid); err != nil {
 					return err
 				}
@@ -371,15 +368,25 @@ func (l *Log) refuseTruncation(s *segment, pos int64, cause error) error {
 	return nil
 }
 
-// segmentStartsWith reports whether s's first batch is whole and valid
-// (CRC included) and starts at or after offset from, with s.base == from:
-// the log continues in s after an invalid last batch of the segment
-// before, which then is no torn tail.
-func (l *Log) segmentStartsWith(s *segment, from int64) (bool, error) {
-	if s.base != from {
+// damageInMiddle reports whether the invalid batch that stopped the scan
+// of segs[i] (res) is damage in the middle of the log rather than a torn
+// tail: valid data follows it in the segment, or it is the segment's last
+// batch, whole or framed to the end of the file, and the next segment
+// continues the log past it.
+func (l *Log) damageInMiddle(segs []*segment, i int, res rebuildResult) (bool, error) {
+	switch {
+	case res.validAfter:
+		return true, nil
+	case i+1 == len(segs):
+		return false, nil
+	case res.wholeAtEnd:
+		return true, nil
+	}
+	n := segs[i+1]
+	if !res.endsFile || n.base <= segs[i].next.Load() {
 		return false, nil
 	}
-	sc := newBatchScanner(s, l.opts.MaxBatchBytes)
+	sc := newBatchScanner(n, l.opts.MaxBatchBytes)
 	b, _, err := sc.next()
 	if err != nil {
 		if errors.Is(err, ErrCorrupt) || errors.Is(err, io.EOF) {
@@ -387,7 +394,7 @@ func (l *Log) segmentStartsWith(s *segment, from int64) (bool, error) {
 		}
 		return false, err
 	}
-	return s.checkContinues(b, from) == nil, nil
+	return n.checkContinues(b, n.base) == nil, nil
 }
 
 // truncateRecovered cuts segment i at pos and deletes every later segment;
