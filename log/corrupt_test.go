@@ -684,3 +684,55 @@ func TestBitFlipsInScannedRange(t *testing.T) {
 	t.Logf("%d flips, %d refused with ErrCorrupt", flips, refused)
 	require.Greater(t, refused, flips/2)
 }
+
+// TestTornSectorRestInHeader (S1): a crash can keep the unsynced batches
+// after a sector whose unsynced rest reads back as zeros. When that rest
+// is the first few bytes of a batch header, the zeros change the high
+// bytes of its base offset (outside the CRC) and leave a batch that
+// validates but goes back in offsets: still a torn tail, truncated there,
+// not damage that refuses the Open. The batch offsets start at 2^56 so
+// that every byte the zeros can reach is not zero already.
+func TestTornSectorRestInHeader(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	for run := int64(1); run <= 7; run++ {
+		t.Run(fmt.Sprintf("zeros=%d", run), func(t *testing.T) {
+			fs, opts := memLog()
+			opts.SegmentBytes = 1 << 20
+			l, err := Open("/log", opts)
+			require.NoError(t, err)
+			base := int64(0x0101010101010101)
+			var batches [][]byte
+			cut := int64(-1)
+			for i := 0; cut < 0 || len(batches) < 40; i++ {
+				pos := l.active().size.Load()
+				if cut < 0 && len(batches) > 2 && zeroSector-pos%zeroSector == run {
+					cut = pos
+				}
+				// Value sizes that walk the positions through every
+				// remainder modulo the sector size.
+				b := buildBatch(t, 1, 10+i%7, 0)
+				Batch(b).setBaseOffset(base + int64(len(batches)))
+				_, err := l.AppendAsFollower(b)
+				require.NoError(t, err)
+				batches = append(batches, b)
+				require.Less(t, i, 5000, "no batch started %d bytes before a sector boundary", run)
+			}
+			keep := 0
+			for p := int64(0); p < cut; keep++ {
+				p += int64(len(batches[keep]))
+			}
+			require.NoError(t, l.Sync())
+			img := crashCopy(t, fs)
+			require.NoError(t, l.Close())
+			seg := "/log/" + segmentName(base) + logSuffix
+			data := readFileFS(t, img, seg)
+			clear(data[cut : cut+run])
+			writeFileFS(t, img, seg, data)
+			opts.FS = img
+			l2, err := Open("/log", opts)
+			require.NoError(t, err, "a torn sector rest is no damage")
+			defer l2.Close()
+			require.Equal(t, base+int64(keep), l2.LogEndOffset())
+		})
+	}
+}
