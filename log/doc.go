@@ -67,19 +67,22 @@
 //     After a crash it scans the segments from the recovery point on,
 //     validating each batch (framing, magic, CRC, offsets), truncates the
 //     log at the first invalid batch when it is what a crash leaves (a torn
-//     tail: a cut batch, zeros, a batch holding a zeroed 512-byte sector,
-//     nothing valid after it), deletes later segments and rebuilds the
-//     indexes. Damage that a crash does not leave is in the middle of the
-//     log: valid batches after the invalid one (found past it when its
-//     length field is damaged), a whole batch whose bytes match its CRC but
-//     whose base offset, length or magic (outside the CRC) is damaged,
-//     offsets that go backwards, or a next segment that continues the log
-//     after an invalid last batch. Open then fails with an error wrapping
-//     ErrCorrupt that names the segment and position, and changes no file
+//     tail: a cut batch, whose records run past the end of the file; zeros,
+//     as a whole 512-byte sector, the rest of a sector from a batch's start
+//     or the start of a sector up to the end of the file; nothing valid
+//     after it), deletes later segments and rebuilds the indexes. Damage
+//     that a crash does not leave is in the middle of the log: valid
+//     batches after the invalid one (found past it when its length field is
+//     damaged), a whole batch whose bytes match its CRC but whose base
+//     offset, length or magic (outside the CRC) is damaged, offsets that go
+//     backwards, or a next segment that continues the log after an invalid
+//     last batch. Open then fails with an error wrapping ErrCorrupt that
+//     names the segment and position, and changes no file
 //     (Options.TruncateAtCorruption truncates there instead, as Kafka does,
 //     for a replica that can fetch the rest again). Damage recovery cannot
-//     tell from a torn tail: a flip in the log's last batch, and one in a
-//     batch followed by a hole of zeros.
+//     tell from a torn tail: a flip in the log's last batch, one in a batch
+//     followed by a hole of zeros, and one that zeroes a header's first
+//     bytes up to a sector boundary.
 //     Options.MaxBatchBytes limits appends only: recovery and Readers
 //     accept any batch that fits in its segment file and matches its
 //     CRC. Missing or invalid index files of other segments are rebuilt

@@ -40,8 +40,11 @@ func (s *segment) judgeDamage(pos, next, end int64, maxBatch int) (damageVerdict
 		return torn, nil
 	}
 	size := int64(bad.Length()) + LogOverhead
+	if size > end-pos && bad.CodecID() == 0 && s.plausibleHeader(bad, pos, next, pos+size) {
+		return s.judgeCut(pos, bad, next, end, maxBatch)
+	}
 	if bad.Magic() == MagicV2 && size >= BatchHeaderSize && size <= end-pos {
-		zeros, err := s.holdsZeroSector(pos, size)
+		zeros, err := s.holdsZeroSector(pos, size, end)
 		if err != nil || zeros {
 			return torn, err
 		}
@@ -56,16 +59,17 @@ func (s *segment) judgeDamage(pos, next, end int64, maxBatch int) (damageVerdict
 			return damageVerdict{validAfter: ok}, err
 		}
 	}
-	return s.damagedNotTorn(pos, bad.CRC(), next, end, maxBatch)
+	return s.damagedNotTorn(pos, bad.CRC(), next, end)
 }
 
 // tornSectorRest reports whether the implausible header h at pos starts
 // with zeros up to the next sector boundary that a torn sector explains:
 // the rest of a sector whose unsynced part was lost, with what follows it
 // kept. Eight or more zeros there would make the base offset 0, which no
-// batch after the first of a log has; fewer are torn when the header is
-// plausible with those bytes taken from offset next (the zeros replaced
-// the high bytes of its base offset).
+// batch after the first of a log has; fewer are torn when some base
+// offset from next on, with the low bytes left, makes the header
+// plausible (the zeros replaced the high bytes of its base offset). A
+// flip that zeroes the bytes before a sector boundary reads as torn.
 func (s *segment) tornSectorRest(h Batch, pos, next, end int64) bool {
 	run := min(zeroSector-pos%zeroSector, BatchHeaderSize)
 	if !allZero(h[:run]) {
@@ -74,10 +78,16 @@ func (s *segment) tornSectorRest(h Batch, pos, next, end int64) bool {
 	if run >= 8 {
 		return true
 	}
+	// The smallest base offset from next on whose low bytes are the ones
+	// left: next's high bytes, or one more if the low bytes are smaller
+	// (a follower's offsets may leap).
 	var fixed [BatchHeaderSize]byte
 	copy(fixed[:], h)
 	binary.BigEndian.PutUint64(fixed[:8], uint64(next))
 	copy(fixed[run:8], h[run:8])
+	if base := Batch(fixed[:]).BaseOffset(); base < next {
+		binary.BigEndian.PutUint64(fixed[:8], uint64(base+int64(1)<<(8*(8-run))))
+	}
 	return s.plausibleHeader(Batch(fixed[:]), pos, next, end)
 }
 
@@ -100,6 +110,53 @@ func (s *segment) validBatchAt(pos, next, end int64, maxBatch int) (bool, error)
 	return err == nil && b.BaseOffset() >= next && b.LastOffset()-s.base <= math.MaxInt32, nil
 }
 
+// judgeCut judges an uncompressed batch at pos whose header is plausible
+// but runs past the end of the file: a batch that a crash cut, or one
+// whose length field is damaged. Its records, each framed by its length,
+// tell: a cut batch's records run past the end of the file (and may hold
+// whole batches in their values, as a mirror's do, which must not count
+// as data after the damage), while a batch with a damaged length field
+// ends after its last record. Such a batch is whole if its bytes match
+// its CRC, and followed by valid data if a batch starts where it ends.
+func (s *segment) judgeCut(pos int64, h Batch, next, end int64, maxBatch int) (damageVerdict, error) {
+	var v damageVerdict
+	stop, ok, err := s.recordsEnd(pos, h.RecordCount(), end)
+	if err != nil || !ok {
+		return v, err
+	}
+	if stop < end {
+		after, err := s.validBatchAt(stop, next, end, maxBatch)
+		if err != nil || after {
+			return damageVerdict{validAfter: after}, err
+		}
+	}
+	whole, err := batchCRCMatches(s.file, pos, stop-pos, h.CRC(), make([]byte, min(scanChunk, stop-pos)))
+	if err != nil || !whole {
+		return v, err
+	}
+	return damageVerdict{validAfter: stop < end, wholeAtEnd: stop == end}, nil
+}
+
+// recordsEnd steps over count length-framed records from the end of the
+// header of the batch at pos and returns where they end; ok is false if
+// they run past end or a length is not a valid varint.
+func (s *segment) recordsEnd(pos int64, count int32, end int64) (stop int64, ok bool, err error) {
+	var buf [binary.MaxVarintLen32]byte
+	p := pos + BatchHeaderSize
+	for range max(count, 0) {
+		n, err := s.file.ReadAt(buf[:min(int64(len(buf)), end-p)], p)
+		if err != nil && err != io.EOF {
+			return 0, false, err
+		}
+		size, w, verr := readVarint(buf[:n], binary.MaxVarintLen32)
+		if verr != nil || size < 0 || p+int64(w)+size > end {
+			return 0, false, nil
+		}
+		p += int64(w) + size
+	}
+	return p, count > 0, nil
+}
+
 // damagedNotTorn judges an invalid batch at pos whose header misstates
 // its length or offsets (a flipped bit in the length, base offset, magic
 // or last offset delta), or whose stated length ends inside garbage, by
@@ -115,9 +172,9 @@ func (s *segment) validBatchAt(pos, next, end int64, maxBatch int) (bool, error)
 // Either is damage in the middle of the data. A crash can leave data that
 // was never synced after a hole of zeros, and such a hole reads as a torn
 // tail.
-func (s *segment) damagedNotTorn(pos int64, crc uint32, next, end int64, maxBatch int) (damageVerdict, error) {
+func (s *segment) damagedNotTorn(pos int64, crc uint32, next, end int64) (damageVerdict, error) {
 	var v damageVerdict
-	q, err := s.findValidBatch(pos+1, next, end, maxBatch)
+	q, err := s.findValidBatch(pos+1, next, end)
 	if err != nil {
 		return v, err
 	}
@@ -138,7 +195,7 @@ func (s *segment) damagedNotTorn(pos int64, crc uint32, next, end int64, maxBatc
 	if q < 0 {
 		return v, nil
 	}
-	zeros, err := s.holdsZeroSector(pos, q-pos)
+	zeros, err := s.holdsZeroSector(pos, q-pos, end)
 	v.validAfter = !zeros
 	return v, err
 }
@@ -146,14 +203,20 @@ func (s *segment) damagedNotTorn(pos int64, crc uint32, next, end int64, maxBatc
 // findValidBatch returns the first position in [from, end) where a valid
 // batch continuing offset next starts and is followed by another valid
 // batch continuing it or by the end of the file; -1 if there is none. It
-// reads the file in chunks and checks a full batch only where a plausible
-// header starts.
-func (s *segment) findValidBatch(from, next, end int64, maxBatch int) (int64, error) {
+// reads the file in chunks, and reads a candidate whole only if its
+// header is plausible, what follows it looks like a batch or the end of
+// the file, and its bytes match its CRC. The CRC checks read at most
+// about four times the bytes searched: past that, crafted headers (each
+// claiming the rest of the file) would make the search quadratic, and it
+// gives up.
+func (s *segment) findValidBatch(from, next, end int64) (int64, error) {
 	if end-from < BatchHeaderSize {
 		return -1, nil
 	}
 	buf := make([]byte, min(scanChunk, end-from))
 	scratch := make([]byte, 64<<10)
+	var batch []byte // a candidate read whole, reused
+	budget := 4*(end-from) + scanChunk
 	for p := from; p+BatchHeaderSize <= end; {
 		n, err := s.file.ReadAt(buf[:min(int64(len(buf)), end-p)], p)
 		if n < BatchHeaderSize {
@@ -168,21 +231,26 @@ func (s *segment) findValidBatch(from, next, end int64, maxBatch int) (int64, er
 			if h.Magic() != MagicV2 || !s.plausibleHeader(h, q, next, end) {
 				continue
 			}
-			// The CRC first, through scratch: garbage makes many
-			// plausible headers, and a full check reads a whole chunk.
 			size := int64(h.Length()) + LogOverhead
-			ok, err := batchCRCMatches(s.file, q, size, h.CRC(), scratch)
-			if err == nil && ok {
-				ok, err = s.validBatchAt(q, next, end, maxBatch)
-			}
+			afterSize, ok, err := s.batchOrEndAt(q+size, h.NextOffset(), end)
 			if err != nil {
 				return -1, err
 			}
-			if ok && q+size < end {
-				ok, err = s.validBatchAt(q+size, h.NextOffset(), end, maxBatch)
-				if err != nil {
-					return -1, err
-				}
+			if !ok {
+				continue
+			}
+			if budget -= size; budget < 0 {
+				return -1, nil
+			}
+			ok, err = batchCRCMatches(s.file, q, size, h.CRC(), scratch)
+			if err == nil && ok {
+				ok, err = s.wholeValidBatch(q, size, next, &batch)
+			}
+			if err == nil && ok && afterSize > 0 {
+				ok, err = s.wholeValidBatch(q+size, afterSize, h.NextOffset(), &batch)
+			}
+			if err != nil {
+				return -1, err
 			}
 			if ok {
 				return q, nil
@@ -193,9 +261,59 @@ func (s *segment) findValidBatch(from, next, end int64, maxBatch int) (int64, er
 	return -1, nil
 }
 
+// batchOrEndAt reports whether pos is the end of the file or holds a
+// plausible header of a batch continuing offset next, and that batch's
+// size (0 at the end of the file).
+func (s *segment) batchOrEndAt(pos, next, end int64) (size int64, ok bool, err error) {
+	if pos == end {
+		return 0, true, nil
+	}
+	var hdr [BatchHeaderSize]byte
+	n, err := s.file.ReadAt(hdr[:], pos)
+	if n < BatchHeaderSize {
+		if err == nil || err == io.EOF {
+			return 0, false, nil
+		}
+		return 0, false, err
+	}
+	h := Batch(hdr[:])
+	return int64(h.Length()) + LogOverhead, s.plausibleHeader(h, pos, next, end), nil
+}
+
+// wholeValidBatch reads the size bytes at pos into *buf and reports
+// whether they are a valid batch (CRC, framing, counts) continuing offset
+// next; *buf is reused.
+func (s *segment) wholeValidBatch(pos, size, next int64, buf *[]byte) (bool, error) {
+	if int64(cap(*buf)) < size {
+		*buf = make([]byte, size)
+	}
+	b := (*buf)[:size]
+	if n, err := s.file.ReadAt(b, pos); int64(n) < size {
+		if err == nil || err == io.EOF {
+			return false, nil
+		}
+		return false, err
+	}
+	batch := Batch(b)
+	return batch.ValidateHeader() == nil && batch.BaseOffset() >= next && batch.LastOffset()-s.base <= math.MaxInt32, nil
+}
+
 // holdsZeroSector reports whether the size bytes at pos contain an
-// aligned zeroSector-byte block of zeros, as a torn write leaves.
-func (s *segment) holdsZeroSector(pos, size int64) (bool, error) {
+// aligned zeroSector-byte block of zeros, as a torn write leaves; a block
+// cut short by the end of the file (end) counts when its bytes are zeros.
+func (s *segment) holdsZeroSector(pos, size, end int64) (bool, error) {
+	if last := end / zeroSector * zeroSector; pos+size == end && last < end && last >= pos {
+		tail := make([]byte, end-last)
+		if n, err := s.file.ReadAt(tail, last); n < len(tail) {
+			if err == nil || err == io.EOF {
+				return true, nil // shorter than its size: torn
+			}
+			return false, err
+		}
+		if allZero(tail) {
+			return true, nil
+		}
+	}
 	first := (pos + zeroSector - 1) / zeroSector * zeroSector
 	if first+zeroSector > pos+size {
 		return false, nil
