@@ -258,9 +258,16 @@ func (l *Log) writeToActive(batches []byte) error {
 	pos := s.size.Load()
 	if _, err := s.file.WriteAt(batches, pos); err != nil {
 		// Drop whatever part reached the file so that a crash does not
-		// find it; the next append overwrites it anyway.
-		if terr := s.file.Truncate(pos); terr != nil {
-			// Part of a batch stays past the segment's size. A shorter
+		// find it; the next append overwrites it anyway. The cut is
+		// fsynced: a concurrent Sync may have made the part durable, and
+		// whole batches of it left behind a shorter append by a crash
+		// would read as damage, offsets going backwards.
+		terr := s.file.Truncate(pos)
+		if terr == nil {
+			terr = s.file.Sync()
+		}
+		if terr != nil {
+			// Part of a batch may stay past the segment's size. A shorter
 			// append would leave its tail behind, and a clean Close would
 			// make the next Open trust it: only recovery may cut it, so
 			// the log refuses writes until reopened.

@@ -531,3 +531,49 @@ func TestFaultFsyncErrorSeenOnce(t *testing.T) {
 	require.NoError(t, err)
 	checkA1toA5(t, l, acked...)
 }
+
+// TestFailedAppendCutIsDurable (S6): an append whose write fails part way
+// cuts what reached the file, and the cut is fsynced: a Sync that ran
+// between the write and the cut (simulated: the injector syncs the file
+// when the cut comes) made the part durable, and after a power loss its
+// whole batches must not come back as data the append reported failed,
+// nor behind a later append at the same offsets.
+func TestFailedAppendCutIsDurable(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	inj := vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if !strings.HasSuffix(op.Path, logSuffix) || !armed.Load() {
+			return vfs.Fault{}
+		}
+		switch op.Kind {
+		case vfs.OpWrite:
+			return vfs.Fault{Err: syscall.ENOSPC, Written: op.Len - 10}
+		case vfs.OpTruncate:
+			armed.Store(false)
+			f, err := mem.OpenFile(op.Path, os.O_RDWR, 0)
+			require.NoError(t, err)
+			require.NoError(t, f.Sync())
+			require.NoError(t, f.Close())
+		}
+		return vfs.Fault{}
+	})
+	opts := testLogOptions(vfs.NewErrorFS(mem, inj))
+	opts.SegmentBytes = 1 << 20
+	l := openLog(t, "/log", opts)
+	first := testBatch(t, 0)
+	_, err := l.Append(first)
+	require.NoError(t, err)
+	require.NoError(t, l.Sync())
+	armed.Store(true)
+	_, err = l.Append(append(testBatch(t, 1), testBatch(t, 2)...))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.False(t, armed.Load(), "the failed write was not cut")
+	_, err = l.Append(testBatch(t, 3)) // same offsets, not synced
+	require.NoError(t, err)
+
+	crashed := testLogOptions(mem.CrashClone(vfs.CrashOptions{}))
+	crashed.SegmentBytes = opts.SegmentBytes
+	l2 := openLog(t, "/log", crashed)
+	require.Equal(t, Batch(first).NextOffset(), l2.LogEndOffset(), "the failed append came back")
+}
