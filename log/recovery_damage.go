@@ -41,7 +41,7 @@ func (s *segment) judgeDamage(pos, next, end int64, maxBatch int) (damageVerdict
 	}
 	size := int64(bad.Length()) + LogOverhead
 	if size > end-pos && bad.CodecID() == 0 && s.plausibleHeader(bad, pos, next, pos+size) {
-		return s.judgeCut(pos, bad, next, end, maxBatch)
+		return s.judgeCut(pos, bad, end, maxBatch)
 	}
 	if bad.Magic() == MagicV2 && size >= BatchHeaderSize && size <= end-pos {
 		zeros, err := s.holdsZeroSector(pos, size, end)
@@ -118,14 +118,14 @@ func (s *segment) validBatchAt(pos, next, end int64, maxBatch int) (bool, error)
 // as data after the damage), while a batch with a damaged length field
 // ends after its last record. Such a batch is whole if its bytes match
 // its CRC, and followed by valid data if a batch starts where it ends.
-func (s *segment) judgeCut(pos int64, h Batch, next, end int64, maxBatch int) (damageVerdict, error) {
+func (s *segment) judgeCut(pos int64, h Batch, end int64, maxBatch int) (damageVerdict, error) {
 	var v damageVerdict
 	stop, ok, err := s.recordsEnd(pos, h.RecordCount(), end)
 	if err != nil || !ok {
 		return v, err
 	}
 	if stop < end {
-		after, err := s.validBatchAt(stop, next, end, maxBatch)
+		after, err := s.validBatchAt(stop, h.NextOffset(), end, maxBatch)
 		if err != nil || after {
 			return damageVerdict{validAfter: after}, err
 		}
