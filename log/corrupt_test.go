@@ -683,95 +683,64 @@ func TestBitFlipsInScannedRange(t *testing.T) {
 // is the first few bytes of a batch header, the zeros change the high
 // bytes of its base offset (outside the CRC) and leave a batch that
 // validates but goes back in offsets: still a torn tail, truncated there,
-// not damage that refuses the Open. The batch offsets start at 2^56 so
-// that every byte the zeros can reach is not zero already.
+// not damage that refuses the Open. With offsets whose every byte is
+// non-zero, and at a follower's leap over a carry into the zeroed bytes
+// (the low bytes left are then below the expected offset's).
 func TestTornSectorRestInHeader(t *testing.T) {
 	requireNoGoroutineLeak(t)
 	for run := int64(1); run <= 7; run++ {
 		t.Run(fmt.Sprintf("zeros=%d", run), func(t *testing.T) {
-			fs, opts := memLog()
-			opts.SegmentBytes = 1 << 20
-			l, err := Open("/log", opts)
-			require.NoError(t, err)
-			base := int64(0x0101010101010101)
-			var batches [][]byte
-			cut := int64(-1)
-			for i := 0; cut < 0 || len(batches) < 40; i++ {
-				pos := l.active().size.Load()
-				if cut < 0 && len(batches) > 2 && zeroSector-pos%zeroSector == run {
-					cut = pos
-				}
-				// Value sizes that walk the positions through every
-				// remainder modulo the sector size.
-				b := buildBatch(t, 1, 10+i%7, 0)
-				Batch(b).setBaseOffset(base + int64(len(batches)))
-				_, err := l.AppendAsFollower(b)
-				require.NoError(t, err)
-				batches = append(batches, b)
-				require.Less(t, i, 5000, "no batch started %d bytes before a sector boundary", run)
-			}
-			keep := 0
-			for p := int64(0); p < cut; keep++ {
-				p += int64(len(batches[keep]))
-			}
-			require.NoError(t, l.Sync())
-			img := crashCopy(t, fs)
-			require.NoError(t, l.Close())
-			seg := "/log/" + segmentName(base) + logSuffix
-			data := readFileFS(t, img, seg)
-			clear(data[cut : cut+run])
-			writeFileFS(t, img, seg, data)
-			opts.FS = img
-			l2, err := Open("/log", opts)
-			require.NoError(t, err, "a torn sector rest is no damage")
-			defer l2.Close()
-			require.Equal(t, base+int64(keep), l2.LogEndOffset())
+			checkTornSectorRest(t, run, 0x0101010101010101, false)
 		})
+		if run >= 5 {
+			t.Run(fmt.Sprintf("zeros=%d/leap", run), func(t *testing.T) {
+				checkTornSectorRest(t, run, 1000, true)
+			})
+		}
 	}
 }
 
-// TestTornSectorRestBeforeOffsetLeap (S1): as TestTornSectorRestInHeader,
-// in a follower's log whose offsets leap (compaction) at the torn batch
-// over a carry into the bytes the zeros reach: the low bytes left are
-// below the expected offset's, and the batch is torn all the same.
-func TestTornSectorRestBeforeOffsetLeap(t *testing.T) {
-	requireNoGoroutineLeak(t)
-	for run := int64(5); run <= 7; run++ {
-		t.Run(fmt.Sprintf("zeros=%d", run), func(t *testing.T) {
-			fs, opts := memLog()
-			opts.SegmentBytes = 1 << 20
-			l, err := Open("/log", opts)
-			require.NoError(t, err)
-			low := int64(1)<<(8*(8-run)) - 1 // the bytes the zeros leave
-			next := int64(1000)
-			keepEnd, cut, seg := int64(0), int64(-1), ""
-
-			for i := 0; cut < 0 || i <= 60; i++ {
-				require.Less(t, i, 5000, "no batch started %d bytes before a sector boundary", run)
-				pos := l.active().size.Load()
-				base := next
-				if cut < 0 && i > 2 && zeroSector-pos%zeroSector == run && next&low > 0x10 {
-					cut, keepEnd, seg = pos, next, l.active().path(logSuffix)
-					base = (next | low) + 1 + 0x10 // a leap over a carry into the zeroed bytes
-				}
-				b := buildBatch(t, 1, 10+i%7, 0)
-				Batch(b).setBaseOffset(base)
-				_, err := l.AppendAsFollower(b)
-				require.NoError(t, err)
-				next = base + 1
+// checkTornSectorRest appends follower batches from offset next until
+// one can start run bytes before a sector boundary (with leap, once the
+// low bytes the zeros leave exceed 0x10, and that batch leaps over a
+// carry into the zeroed bytes), appends some more, zeroes those run bytes
+// in a crash image and checks that Open truncates there.
+func checkTornSectorRest(t *testing.T, run, next int64, leap bool) {
+	t.Helper()
+	fs, opts := memLog()
+	opts.SegmentBytes = 1 << 20
+	l, err := Open("/log", opts)
+	require.NoError(t, err)
+	low := int64(1)<<(8*(8-run)) - 1 // the bytes the zeros leave
+	keepEnd, cut, seg := int64(0), int64(-1), ""
+	for i := 0; cut < 0 || i <= 60; i++ {
+		require.Less(t, i, 5000, "no batch started %d bytes before a sector boundary", run)
+		pos := l.active().size.Load()
+		base := next
+		if cut < 0 && i > 2 && zeroSector-pos%zeroSector == run && (!leap || next&low > 0x10) {
+			cut, keepEnd, seg = pos, next, l.active().path(logSuffix)
+			if leap {
+				base = (next | low) + 1 + 0x10
 			}
-			img := crashCopy(t, fs)
-			require.NoError(t, l.Close())
-			data := readFileFS(t, img, seg)
-			clear(data[cut : cut+run])
-			writeFileFS(t, img, seg, data)
-			opts.FS = img
-			l2, err := Open("/log", opts)
-			require.NoError(t, err, "a torn sector rest is no damage")
-			defer l2.Close()
-			require.Equal(t, keepEnd, l2.LogEndOffset())
-		})
+		}
+		// Value sizes that walk the positions through every remainder
+		// modulo the sector size.
+		b := buildBatch(t, 1, 10+i%7, 0)
+		Batch(b).setBaseOffset(base)
+		_, err := l.AppendAsFollower(b)
+		require.NoError(t, err)
+		next = base + 1
 	}
+	img := crashCopy(t, fs)
+	require.NoError(t, l.Close())
+	data := readFileFS(t, img, seg)
+	clear(data[cut : cut+run])
+	writeFileFS(t, img, seg, data)
+	opts.FS = img
+	l2, err := Open("/log", opts)
+	require.NoError(t, err, "a torn sector rest is no damage")
+	defer l2.Close()
+	require.Equal(t, keepEnd, l2.LogEndOffset())
 }
 
 // TestTornLastSectorBeforeNextSegment (S1): the unsynced last batch of a
