@@ -336,7 +336,14 @@ func (l *Log) recover(rp int64) error {
 			return res.err // a failed read is no reason to truncate
 		}
 		if res.invalid != nil {
-			middle, err := l.damageInMiddle(segs, i, res)
+			v := damageVerdict{validAfter: res.backwards}
+			if !res.backwards {
+				var err error
+				if v, err = s.judgeDamage(res.validEnd, s.next.Load(), s.size.Load(), l.opts.MaxBatchBytes); err != nil {
+					return err // a failed read is no reason to truncate
+				}
+			}
+			middle, err := l.damageInMiddle(segs, i, v)
 			if err != nil {
 				return err
 			}
@@ -369,11 +376,11 @@ func (l *Log) refuseTruncation(s *segment, pos int64, cause error) error {
 }
 
 // damageInMiddle reports whether the invalid batch that stopped the scan
-// of segs[i] (res) is damage in the middle of the log rather than a torn
-// tail: valid data follows it in the segment, or it is the segment's last
-// batch, whole or framed to the end of the file, and the next segment
-// continues the log past it.
-func (l *Log) damageInMiddle(segs []*segment, i int, res rebuildResult) (bool, error) {
+// of segs[i] (judged as res) is damage in the middle of the log rather
+// than a torn tail: valid data follows it in the segment, or it is the
+// segment's last batch, whole or framed to the end of the file, and the
+// next segment continues the log past it.
+func (l *Log) damageInMiddle(segs []*segment, i int, res damageVerdict) (bool, error) {
 	switch {
 	case res.validAfter:
 		return true, nil

@@ -11,8 +11,23 @@ import (
 // never synced and which it truncates, from damage in the middle of the
 // data, which it refuses to truncate (see the package documentation).
 
-// damageVerdict is what judgeDamage concluded; see rebuildResult.
-type damageVerdict struct{ validAfter, endsFile, wholeAtEnd bool }
+// damageVerdict is what judgeDamage concluded about an invalid batch.
+type damageVerdict struct {
+	// validAfter: a whole valid batch continuing the offsets follows the
+	// invalid one, which does not look torn: the damage is in the middle
+	// of the data, not a torn tail.
+	validAfter bool
+	// endsFile: the invalid batch's length ends it exactly at the end of
+	// the file and it holds no sector of zeros, which a crash does not
+	// leave either: a next segment that starts with a valid batch past
+	// the offsets before it means damage in the middle of the log.
+	endsFile bool
+	// wholeAtEnd: the invalid batch is the last of the file and whole
+	// (its bytes match its CRC; only fields outside the CRC are damaged),
+	// which no crash leaves: a segment after it means damage in the
+	// middle of the log.
+	wholeAtEnd bool
+}
 
 // judgeDamage judges the invalid batch at pos, where a batch starting at
 // or after offset next was expected, in a file of end bytes: is it what a

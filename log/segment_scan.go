@@ -135,23 +135,15 @@ func batchCRCMatches(f io.ReaderAt, pos, size int64, stored uint32, scratch []by
 // rebuildResult is what a scan of a segment found.
 type rebuildResult struct {
 	validEnd int64 // position after the last valid batch
-	// invalid is non-nil when the scan stopped before the end of file.
+	// invalid is non-nil when the scan stopped before the end of file,
+	// at an invalid batch: recovery judges it (judgeDamage), a lazy index
+	// rebuild needs only the valid batches before it.
 	invalid error
-	// validAfter reports that a whole valid batch continuing the offsets
-	// follows the invalid one, which does not look torn: the damage is in
-	// the middle of the data, not a torn tail.
-	validAfter bool
-	// endsFile reports that the invalid batch's length ends it exactly at
-	// the end of the file and it holds no sector of zeros: a crash does
-	// not leave that either, so a next segment that starts with a valid
-	// batch past the offsets before it means damage in the middle of the
-	// log (see Log.recover).
-	endsFile bool
-	// wholeAtEnd reports that the invalid batch is the last of the file
-	// and whole (its bytes match its CRC; only fields outside the CRC are
-	// damaged): no crash leaves that, so a segment after this one means
-	// damage in the middle of the log.
-	wholeAtEnd bool
+	// backwards reports that the batch at validEnd is whole and valid
+	// but goes back in offsets, which no crash leaves: its base offset,
+	// or the one of the batch before it, is damaged (the CRC covers
+	// neither).
+	backwards bool
 	// err is an I/O error that stopped the scan: it says nothing about
 	// the data, which must not be truncated because of it.
 	err error
@@ -184,10 +176,7 @@ func (s *segment) rebuild(maxBatch int) rebuildResult {
 		}
 		if err == nil {
 			if err = s.checkContinues(b, next); err != nil && !s.tornSectorRest(b, pos, next, sc.end) {
-				// A whole batch whose bytes match its CRC is no torn
-				// write: its base offset, or the one of the batch
-				// before it, is damaged (the CRC covers neither).
-				res.validEnd, res.validAfter = pos, true
+				res.validEnd, res.backwards = pos, true
 				res.invalid = fmt.Errorf("segment %s: %w", s.path(logSuffix), err)
 				publish()
 				return res
@@ -199,9 +188,6 @@ func (s *segment) rebuild(maxBatch int) rebuildResult {
 		}
 		if err != nil {
 			res.validEnd, res.invalid = pos, fmt.Errorf("segment %s: %w", s.path(logSuffix), err)
-			var v damageVerdict
-			v, res.err = s.judgeDamage(pos, next, sc.end, maxBatch)
-			res.validAfter, res.endsFile, res.wholeAtEnd = v.validAfter, v.endsFile, v.wholeAtEnd
 			publish()
 			return res
 		}
