@@ -362,9 +362,10 @@ var crashModels = []crashModel{
 	{"kill", func(int64) vfs.CrashOptions { return vfs.CrashOptions{Kill: true} }},
 }
 
-// TestCrash is S1 and S2: a power loss before every filesystem operation
-// of a workload of 200 appends with several rolls, a Close and an Open, in
-// both crash models. After each crash the log must open and pass A1-A5,
+// TestCrash is S1 and S2: a power loss (or, in the kill model, the
+// process's death) before every filesystem operation of a workload of 200
+// appends with several rolls, a Close and an Open, in each crash model
+// (crashModels). After each crash the log must open and pass A1-A5,
 // and recovery must leave a durable state (a second crash right after it
 // changes nothing); for every fourth crash point, acknowledged data must
 // also survive a second crash after more appends.

@@ -112,7 +112,7 @@ type syncCrashImage struct {
 // Sync it, in a loop, on a log with small segments (so Syncs and rolls
 // overlap too). A batch counts as acknowledged once its goroutine's Sync
 // returned nil. At seeded points right after an acknowledgement, a
-// power-loss image is taken (in both crash models); the log reopened on
+// crash image is taken (in each crash model); the log reopened on
 // each image must hold every batch acknowledged before the image, at its
 // offset with its bytes. The seed (-replog.seed) fixes the batches, the
 // crash points and the crash options; the goroutines' interleaving is the
