@@ -763,6 +763,8 @@ func TestTornLastSectorBeforeNextSegment(t *testing.T) {
 	path := act.path(logSuffix)
 	require.NotZero(t, end%zeroSector)
 	require.Less(t, end-int64(len(x)), end/zeroSector*zeroSector, "the batch crosses a sector boundary")
+	rpPath := filepath.Join("/log", recoveryPointFile)
+	rpBefore := readFileFS(t, fs, rpPath)
 	l.mu.Lock()
 	require.NoError(t, l.roll(l.LogEndOffset()))
 	l.mu.Unlock()
@@ -773,6 +775,9 @@ func TestTornLastSectorBeforeNextSegment(t *testing.T) {
 	data := readFileFS(t, img, path)
 	clear(data[end/zeroSector*zeroSector : end])
 	writeFileFS(t, img, path, data)
+	// The roll's background flush may have checkpointed the new segment's
+	// base already; the crash this test models comes before that write.
+	writeFileFS(t, img, rpPath, rpBefore)
 	opts.FS = img
 	l2, err := Open("/log", opts)
 	require.NoError(t, err, "a torn last sector of unsynced data is no damage")
