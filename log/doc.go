@@ -82,7 +82,9 @@
 //     for a replica that can fetch the rest again). Damage recovery cannot
 //     tell from a torn tail: a flip in the log's last batch, one in a batch
 //     followed by a hole of zeros, and one that zeroes a header's first
-//     bytes up to a sector boundary.
+//     bytes up to a sector boundary. A flip that raises the base offset
+//     (outside the CRC) of the last whole batch even keeps that batch, at
+//     offsets it never had: a follower's offsets may leap (FuzzRecovery).
 //     Options.MaxBatchBytes limits appends only: recovery and Readers
 //     accept any batch that fits in its segment file and matches its
 //     CRC. Missing or invalid index files of other segments are rebuilt
