@@ -3,6 +3,7 @@ package log
 import (
 	"bytes"
 	"encoding/binary"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -11,50 +12,72 @@ import (
 	"github.com/replog/replog/internal/vfs"
 )
 
-// recoveryImage is a crashed log directory for FuzzRecovery: one segment
-// whose first batches were fsynced and whose last ones were not.
+// recoveryImage is a crashed log directory for FuzzRecovery, with a
+// segment whose first batches were fsynced and whose last ones were not.
 type recoveryImage struct {
 	fs      *vfs.MemFS
 	opts    Options
-	segment string   // the segment file's path
+	segment string   // the file FuzzRecovery damages
 	synced  [][]byte // the fsynced batches, as stamped
 	syncEnd int      // the segment's size at the fsync
 }
 
 var (
-	recoveryImageOnce sync.Once
-	recoveryImageVal  recoveryImage
+	recoveryImagesOnce sync.Once
+	recoveryImagesVal  []recoveryImage
 )
 
-// fuzzRecoveryImage builds the image once: synced batches of several
-// sizes, then unsynced ones (one compressed, one spanning sectors), and
-// a copy of the files as a killed process leaves them.
-func fuzzRecoveryImage(t *testing.T) recoveryImage {
-	recoveryImageOnce.Do(func() {
-		fs, opts := memLog()
-		opts.SegmentBytes = 1 << 20
-		l, err := Open("/log", opts)
-		require.NoError(t, err)
-		for i, size := range []int{40, 300, 5} {
-			_, err := l.Append(buildBatch(t, 1+i, size, int64(1000+i)))
-			require.NoError(t, err)
+// fuzzRecoveryImages builds the images once, as a killed process leaves
+// the files. Both begin with synced batches of several sizes and go on
+// with unsynced ones (one spanning sectors, one compressed):
+//
+//	0: one segment.
+//	1: a rolled segment whose roll flush had not run yet (the recovery
+//	   point still at its base), then a next segment with two batches:
+//	   damage to the rolled one's tail is followed by a continuing segment.
+func fuzzRecoveryImages(t *testing.T) []recoveryImage {
+	recoveryImagesOnce.Do(func() {
+		for _, roll := range []bool{false, true} {
+			recoveryImagesVal = append(recoveryImagesVal, buildRecoveryImage(t, roll))
 		}
-		require.NoError(t, l.Sync())
-		img := recoveryImage{opts: opts, synced: readAllBatches(t, l)}
-		img.segment = l.active().path(logSuffix)
-		img.syncEnd = int(l.active().size.Load())
-		for i, size := range []int{20, 700, 90} {
-			_, err := l.Append(buildBatch(t, 2, size, int64(2000+i)))
-			require.NoError(t, err)
-		}
-		_, err = l.Append(seedBatches(t)[4]) // a compressed batch
-		require.NoError(t, err)
-		img.fs = fs.CrashClone(vfs.CrashOptions{Kill: true})
-		require.NoError(t, l.Close())
-		img.opts.FS = nil
-		recoveryImageVal = img
 	})
-	return recoveryImageVal
+	return recoveryImagesVal
+}
+
+func buildRecoveryImage(t *testing.T, roll bool) recoveryImage {
+	fs, opts := memLog()
+	opts.SegmentBytes = 1 << 20
+	l, err := Open("/log", opts)
+	require.NoError(t, err)
+	defer l.Close()
+	for i, size := range []int{40, 300, 5} {
+		_, err := l.Append(buildBatch(t, 1+i, size, int64(1000+i)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Sync())
+	img := recoveryImage{opts: opts, synced: readAllBatches(t, l)}
+	img.segment = l.active().path(logSuffix)
+	img.syncEnd = int(l.active().size.Load())
+	for i, size := range []int{20, 700, 90} {
+		_, err := l.Append(buildBatch(t, 2, size, int64(2000+i)))
+		require.NoError(t, err)
+	}
+	_, err = l.Append(seedBatches(t)[4]) // a compressed batch
+	require.NoError(t, err)
+	rpPath := filepath.Join("/log", recoveryPointFile)
+	rpBefore := readFileFS(t, fs, rpPath)
+	if roll {
+		l.mu.Lock()
+		err := l.roll(l.LogEndOffset())
+		l.mu.Unlock()
+		require.NoError(t, err)
+		appendN(t, l, 2, 3000)
+	}
+	img.fs = fs.CrashClone(vfs.CrashOptions{Kill: true})
+	// The crash came before the roll flush could move the recovery point.
+	writeFileFS(t, img.fs, rpPath, rpBefore)
+	img.opts.FS = nil
+	return img
 }
 
 // damageTail applies ops to data, only ever changing bytes at or past
@@ -124,22 +147,29 @@ func readRecovered(t *testing.T, l *Log, synced int) logState {
 	return st
 }
 
-// FuzzRecovery damages the unsynced tail of a crashed log's segment in
-// arbitrary ways (flipped and overwritten bytes, zeroed sectors, a cut,
-// copies of old batches appended) and opens it (S1, S3, S4). Nothing may
-// panic. Open either refuses with ErrCorrupt, changing no file, or
-// recovers a log that holds every fsynced batch unchanged, reads back
-// whole and dense (but see readRecovered), takes an append and reopens the same.
+// FuzzRecovery damages the unsynced tail of a crashed log's segment (in
+// one of fuzzRecoveryImages, picked by the first byte) in arbitrary ways
+// (flipped and overwritten bytes, zeroed sectors, a cut, copies of old
+// batches appended) and opens it (S1, S3, S4). Nothing may panic. Open
+// either refuses with ErrCorrupt, changing no file, or recovers a log
+// that holds every fsynced batch unchanged, reads back whole and dense
+// (but see readRecovered), takes an append and reopens the same.
 func FuzzRecovery(f *testing.F) {
 	f.Add([]byte{})
-	f.Add([]byte{0, 0, 30, 0x80})            // a flip in the first unsynced batch
-	f.Add([]byte{2, 0, 200, 0})              // a zeroed sector
-	f.Add([]byte{3, 0, 100, 0})              // a cut batch
-	f.Add([]byte{4, 0, 0, 60})               // the synced batches again, after the tail
-	f.Add([]byte{2, 0, 0, 0, 4, 0, 0, 200})  // a torn sector, then old data
-	f.Add([]byte{1, 0, 8, 0xff, 3, 3, 0, 0}) // a header's length, then a cut
+	for image := range byte(2) { // the first byte picks the image
+		f.Add([]byte{image, 0, 0, 30, 0x80})            // a flip in the first unsynced batch
+		f.Add([]byte{image, 2, 0, 200, 0})              // a zeroed sector
+		f.Add([]byte{image, 3, 0, 100, 0})              // a cut batch
+		f.Add([]byte{image, 4, 0, 0, 60})               // the synced batches again, after the tail
+		f.Add([]byte{image, 2, 0, 0, 0, 4, 0, 0, 200})  // a torn sector, then old data
+		f.Add([]byte{image, 1, 0, 8, 0xff, 3, 3, 0, 0}) // a header's length, then a cut
+	}
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		img := fuzzRecoveryImage(t)
+		images := fuzzRecoveryImages(t)
+		img := images[0]
+		if len(ops) > 0 {
+			img, ops = images[int(ops[0])%len(images)], ops[1:]
+		}
 		fs := img.fs.CrashClone(vfs.CrashOptions{Kill: true})
 		data := damageTail(readFileFS(t, fs, img.segment), img.syncEnd, ops)
 		writeFileFS(t, fs, img.segment, data)
