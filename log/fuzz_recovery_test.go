@@ -20,6 +20,9 @@ type recoveryImage struct {
 	segment string   // the file FuzzRecovery damages
 	synced  [][]byte // the fsynced batches, as stamped
 	syncEnd int      // the segment's size at the fsync
+	// produced are an idempotent producer's batches, as sent, in the
+	// order appended: retried after recovery, each must be stored once.
+	produced [][]byte
 }
 
 var (
@@ -35,13 +38,40 @@ var (
 //	1: a rolled segment whose roll flush had not run yet (the recovery
 //	   point still at its base), then a next segment with two batches:
 //	   damage to the rolled one's tail is followed by a continuing segment.
+//	2: one segment of idempotent producers' batches.
 func fuzzRecoveryImages(t *testing.T) []recoveryImage {
 	recoveryImagesOnce.Do(func() {
-		for _, roll := range []bool{false, true} {
-			recoveryImagesVal = append(recoveryImagesVal, buildRecoveryImage(t, roll))
-		}
+		recoveryImagesVal = []recoveryImage{buildRecoveryImage(t, false), buildRecoveryImage(t, true), buildProducerImage(t)}
 	})
 	return recoveryImagesVal
+}
+
+// buildProducerImage builds image 2: batches of three producers, the
+// first three synced.
+func buildProducerImage(t *testing.T) recoveryImage {
+	fs, opts := memLog()
+	opts.SegmentBytes = 1 << 20
+	l, err := Open("/log", opts)
+	require.NoError(t, err)
+	defer l.Close()
+	img := recoveryImage{opts: opts, segment: l.active().path(logSuffix)}
+	for i, p := range []struct {
+		pid int64
+		seq int32
+		n   int
+	}{{7, 0, 3}, {8, 0, 2}, {7, 3, 2}, {8, 2, 2}, {7, 5, 40}, {9, 0, 1}} {
+		b := idemBatch(t, p.pid, 0, p.seq, p.n, int64(100*i))
+		img.produced = append(img.produced, b)
+		idemAppend(t, l, b)
+		if i == 2 {
+			require.NoError(t, l.Sync())
+			img.synced = readAllBatches(t, l)
+			img.syncEnd = int(l.active().size.Load())
+		}
+	}
+	img.fs = fs.CrashClone(vfs.CrashOptions{Kill: true})
+	img.opts.FS = nil
+	return img
 }
 
 func buildRecoveryImage(t *testing.T, roll bool) recoveryImage {
@@ -72,6 +102,11 @@ func buildRecoveryImage(t *testing.T, roll bool) recoveryImage {
 		l.mu.Unlock()
 		require.NoError(t, err)
 		appendN(t, l, 2, 3000)
+		// The same files every time: the roll flush done (which
+		// prepared the next spare segment file), no flush running.
+		waitRecoveryPoint(t, l)
+		l.bg.flushMu.Lock()
+		defer l.bg.flushMu.Unlock()
 	}
 	img.fs = fs.CrashClone(vfs.CrashOptions{Kill: true})
 	// The crash came before the roll flush could move the recovery point.
@@ -147,6 +182,25 @@ func readRecovered(t *testing.T, l *Log, synced int) logState {
 	return st
 }
 
+// checkRetriesStoredOnce retries every batch an idempotent producer sent:
+// recovery kept each one or forgot it with its producer state, so each
+// retry succeeds and, in the end, every record is in l exactly once.
+func checkRetriesStoredOnce(t *testing.T, l *Log, produced [][]byte) {
+	t.Helper()
+	for i, b := range produced {
+		_, err := l.Append(bytes.Clone(b))
+		require.NoError(t, err, "retry of batch %d", i)
+	}
+	keys := idemRequireUnique(t, idemBatches(t, l))
+	for i, b := range produced {
+		b := Batch(b)
+		for d := range b.LastOffsetDelta() + 1 {
+			_, ok := keys[idemSeqKey{b.ProducerID(), b.ProducerEpoch(), b.BaseSequence() + d}]
+			require.True(t, ok, "record %d of batch %d missing after its retry", d, i)
+		}
+	}
+}
+
 // FuzzRecovery damages the unsynced tail of a crashed log's segment (in
 // one of fuzzRecoveryImages, picked by the first byte) in arbitrary ways
 // (flipped and overwritten bytes, zeroed sectors, a cut, copies of old
@@ -156,7 +210,7 @@ func readRecovered(t *testing.T, l *Log, synced int) logState {
 // (but see readRecovered), takes an append and reopens the same.
 func FuzzRecovery(f *testing.F) {
 	f.Add([]byte{})
-	for image := range byte(2) { // the first byte picks the image
+	for image := range byte(3) { // the first byte picks the image
 		f.Add([]byte{image, 0, 0, 30, 0x80})            // a flip in the first unsynced batch
 		f.Add([]byte{image, 2, 0, 200, 0})              // a zeroed sector
 		f.Add([]byte{image, 3, 0, 100, 0})              // a cut batch
@@ -197,5 +251,8 @@ func FuzzRecovery(f *testing.F) {
 			require.True(t, bytes.Equal(b, got[i]), "batch %d changed by the reopen", i)
 		}
 		require.Equal(t, st.end, Batch(got[len(st.batches)]).BaseOffset())
+		if img.produced != nil {
+			checkRetriesStoredOnce(t, l2, img.produced)
+		}
 	})
 }

@@ -20,9 +20,17 @@ const highWatermarkFile = "high-watermark"
 // load opens the segments in l.dir, recovering them if the last shutdown
 // was not clean, and sets the offsets. It runs before the flusher starts.
 func (l *Log) load() error {
-	bases, err := l.cleanDirectory()
+	bases, obsolete, err := l.listDirectory()
 	if err != nil {
 		return err
+	}
+	if len(bases) == 0 {
+		// A fresh segment is about to be created: no index file of an
+		// earlier segment at its base may be left for it.
+		if err := l.removeObsolete(obsolete); err != nil {
+			return err
+		}
+		obsolete = nil
 	}
 	cp, err := l.readLoadCheckpoints()
 	if err != nil {
@@ -44,6 +52,10 @@ func (l *Log) load() error {
 		return err
 	}
 	if err := l.loadProducerState(leo); err != nil {
+		return err
+	}
+	// Only now: an Open that refuses damage leaves every file as it was.
+	if err := l.removeObsolete(obsolete); err != nil {
 		return err
 	}
 	return l.removeCleanShutdown(clean)
@@ -189,17 +201,17 @@ func (l *Log) restartEmptyAt(logStart, end int64) error {
 	return nil
 }
 
-// cleanDirectory removes temporary and deleted files and index files
-// without a segment, and returns the segments' base offsets, sorted.
-func (l *Log) cleanDirectory() ([]int64, error) {
+// listDirectory returns the segments' base offsets, sorted, and the
+// names of the files load removes once the log is loaded: temporary and
+// deleted files and index files without a segment.
+func (l *Log) listDirectory() (bases []int64, obsolete []string, err error) {
 	fs := l.opts.FS
 	names, err := fs.ReadDir(l.dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l.scanSnapshots(names)
 	logs := map[string]bool{}
-	var bases []int64
 	for _, n := range names {
 		if b, ok := parseSegmentName(n, logSuffix); ok {
 			logs[strings.TrimSuffix(n, logSuffix)] = true
@@ -211,17 +223,24 @@ func (l *Log) cleanDirectory() ([]int64, error) {
 		if !isIndex {
 			stem, isIndex = strings.CutSuffix(n, timeIndexSuffix)
 		}
-		obsolete := strings.HasSuffix(n, tmpSuffix) || strings.HasSuffix(n, deletedSuffix) ||
+		if strings.HasSuffix(n, tmpSuffix) || strings.HasSuffix(n, deletedSuffix) ||
 			strings.HasSuffix(n, ".cleaned") || strings.HasSuffix(n, ".swap") ||
-			(isIndex && !logs[stem])
-		if obsolete {
-			if err := fs.Remove(filepath.Join(l.dir, n)); err != nil && !os.IsNotExist(err) {
-				return nil, err
-			}
+			(isIndex && !logs[stem]) {
+			obsolete = append(obsolete, n)
 		}
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
-	return bases, nil
+	return bases, obsolete, nil
+}
+
+// removeObsolete removes the files listDirectory named obsolete.
+func (l *Log) removeObsolete(names []string) error {
+	for _, n := range names {
+		if err := l.opts.FS.Remove(filepath.Join(l.dir, n)); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseSegmentName parses "<20 digits><suffix>".
