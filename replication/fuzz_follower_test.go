@@ -1,0 +1,121 @@
+package replication
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/log"
+)
+
+// damageRecords applies ops to records, three bytes per operation: kind,
+// a position (taken modulo the length) and a value.
+//
+//	0: xor the byte at the position with the value (at least 1)
+//	1: set the byte at the position to the value
+//	2: cut the records at the position
+//	3: append value bytes copied from the position
+func damageRecords(records []byte, ops []byte) []byte {
+	records = bytes.Clone(records)
+	for ; len(ops) >= 3; ops = ops[3:] {
+		kind, v := ops[0]%4, ops[2]
+		pos := int(ops[1])
+		if len(records) > 0 {
+			pos = int(binary.BigEndian.Uint16([]byte{ops[1], ops[2]})) % len(records)
+		}
+		switch {
+		case kind == 0 && pos < len(records):
+			records[pos] ^= v | 1
+		case kind == 1 && pos < len(records):
+			records[pos] = v
+		case kind == 2:
+			records = records[:min(pos, len(records))]
+		case kind == 3:
+			records = append(records, records[min(pos, len(records)):min(pos+int(v), len(records))]...)
+		}
+	}
+	return records
+}
+
+// FuzzFollowerApply hands a follower a leader's fetch response whose
+// records, high watermark, error and divergence the fuzzer changes. The
+// follower must not panic; its log must read back whole with offsets
+// that only grow, its high watermark must not pass its log end, and
+// unless the response told it to truncate, it keeps what it had. What
+// it appends are the leader's batches: their CRC-covered bytes (all but
+// base offset, length, leader epoch and magic) are the leader's.
+func FuzzFollowerApply(f *testing.F) {
+	f.Add([]byte{}, int8(0), uint8(0), false, int8(0), int8(0))
+	f.Add([]byte{0, 3, 0x40}, int8(0), uint8(0), false, int8(0), int8(0))                 // a flip in the first base offset
+	f.Add([]byte{2, 0, 90}, int8(0), uint8(0), false, int8(0), int8(0))                   // a cut batch
+	f.Add([]byte{3, 0, 200}, int8(0), uint8(0), false, int8(0), int8(0))                  // the batches again
+	f.Add([]byte{0, 20, 1}, int8(5), uint8(0), false, int8(0), int8(0))                   // a bad epoch, a high watermark past the end
+	f.Add([]byte{}, int8(0), uint8(0), true, int8(1), int8(2))                            // a divergence
+	f.Add([]byte{}, int8(-3), uint8(byte(CodeOffsetOutOfRange)), false, int8(0), int8(0)) // out of range
+	f.Fuzz(func(t *testing.T, ops []byte, hwDelta int8, code uint8, diverge bool, divEpoch, divEnd int8) {
+		leader := newTestReplica(t, 0, Config{})
+		follower := newTestReplica(t, 1, Config{})
+		require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
+		require.NoError(t, follower.node.BecomeFollower(ntp, 1, 0))
+		leader.produce(t, 3, AcksLeader)
+		fetchOnce(t, follower, leader, ntime)
+		kept, err := readAll(follower.log)
+		require.NoError(t, err)
+		leader.produce(t, 2, AcksLeader)
+		req, resp := fetchFrom(t, follower, leader, ntime)
+
+		pr := &resp.Partitions[0]
+		sent := pr.Records
+		pr.Records = damageRecords(sent, ops)
+		pr.HighWatermark += int64(hwDelta)
+		if code < 16 {
+			pr.Error = ErrorCode(code % 8)
+		}
+		if diverge {
+			pr.Diverging = &EpochEndOffset{Epoch: int32(divEpoch), EndOffset: int64(divEnd)}
+		}
+		_, _ = follower.node.HandleFetchResponse(0, req, resp, ntime) // errors are fine, panics are not
+
+		l := follower.log
+		data, err := readAll(l)
+		require.NoError(t, err, "the follower's log does not read back")
+		require.LessOrEqual(t, l.HighWatermark(), l.LogEndOffset())
+		if pr.Error == CodeOffsetOutOfRange || pr.Diverging != nil {
+			require.True(t, bytes.HasPrefix(kept, data), "a truncation left more than a prefix")
+		} else {
+			require.True(t, bytes.HasPrefix(data, kept), "the follower lost batches it had")
+		}
+		checkFromLeader(t, data, sent)
+	})
+}
+
+// crcStart is where a batch's CRC-covered bytes begin: its attributes.
+const crcStart = 21
+
+// checkFromLeader checks that every batch of data is valid, that offsets
+// only grow, and that each batch's CRC-covered bytes are those of one of
+// the leader's batches (the follower's own, kept ones included).
+func checkFromLeader(t *testing.T, data, sent []byte) {
+	t.Helper()
+	leaderBodies := map[string]bool{}
+	for rest := sent; len(rest) > 0; {
+		b, r, err := log.SplitBatch(rest)
+		require.NoError(t, err)
+		leaderBodies[string(b[crcStart:])] = true
+		rest = r
+	}
+	next := int64(-1)
+	for i, rest := 0, data; len(rest) > 0; i++ {
+		b, r, err := log.SplitBatch(rest)
+		require.NoError(t, err)
+		require.NoError(t, b.Validate(), "batch %d", i)
+		require.Greater(t, b.BaseOffset(), next-1, "batch %d goes back in offsets", i)
+		next = b.NextOffset()
+		if i >= 3 { // the three the follower had, from the leader too
+			require.True(t, leaderBodies[string(b[crcStart:])], "batch %d at offset %d is not the leader's", i, b.BaseOffset())
+		}
+		rest = r
+	}
+}
