@@ -24,6 +24,10 @@ func (l *Log) load() error {
 	if err != nil {
 		return err
 	}
+	cp, err := l.readLoadCheckpoints()
+	if err != nil {
+		return err
+	}
 	if len(bases) == 0 {
 		// A fresh segment is about to be created: no index file of an
 		// earlier segment at its base may be left for it.
@@ -31,10 +35,6 @@ func (l *Log) load() error {
 			return err
 		}
 		obsolete = nil
-	}
-	cp, err := l.readLoadCheckpoints()
-	if err != nil {
-		return err
 	}
 	fresh, err := l.openSegments(bases, cp.logStart)
 	if err != nil {
