@@ -84,7 +84,9 @@
 //     followed by a hole of zeros, and one that zeroes a header's first
 //     bytes up to a sector boundary. A flip that raises the base offset
 //     (outside the CRC) of the last whole batch even keeps that batch, at
-//     offsets it never had: a follower's offsets may leap (FuzzRecovery).
+//     offsets it never had, since a follower's offsets may leap; in a log
+//     whose offsets do leap, so does any flip that keeps the offsets
+//     growing (FuzzRecovery).
 //     Options.MaxBatchBytes limits appends only: recovery and Readers
 //     accept any batch that fits in its segment file and matches its
 //     CRC. Missing or invalid index files of other segments are rebuilt
