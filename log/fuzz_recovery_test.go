@@ -56,87 +56,98 @@ func fuzzRecoveryImages(t *testing.T) []recoveryImage {
 	return recoveryImagesVal
 }
 
-// buildFollowerImage builds image 3: follower batches with gaps between
-// them, the first three synced.
-func buildFollowerImage(t *testing.T) recoveryImage {
+// imageBuilder writes a one-segment log for a recoveryImage.
+type imageBuilder struct {
+	fs  *vfs.MemFS
+	l   *Log
+	img recoveryImage
+}
+
+// newImageBuilder opens the log; the caller closes b.l.
+func newImageBuilder(t *testing.T) *imageBuilder {
 	fs, opts := memLog()
 	opts.SegmentBytes = 1 << 20
 	l, err := Open("/log", opts)
 	require.NoError(t, err)
-	defer l.Close()
-	img := recoveryImage{opts: opts, segment: l.active().path(logSuffix), leaps: true}
+	return &imageBuilder{fs: fs, l: l, img: recoveryImage{opts: opts, segment: l.active().path(logSuffix)}}
+}
+
+// sync fsyncs what was appended: the synced batches of the image.
+func (b *imageBuilder) sync(t *testing.T) {
+	require.NoError(t, b.l.Sync())
+	b.img.synced = readAllBatches(t, b.l)
+	b.img.syncEnd = int(b.l.active().size.Load())
+}
+
+// crash returns the image: the files as a killed process leaves them.
+func (b *imageBuilder) crash(t *testing.T) recoveryImage {
+	img := b.img
+	img.all = readAllBatches(t, b.l)
+	img.fs = b.fs.CrashClone(vfs.CrashOptions{Kill: true})
+	img.opts.FS = nil
+	return img
+}
+
+// buildFollowerImage builds image 3: follower batches with gaps between
+// them, the first three synced.
+func buildFollowerImage(t *testing.T) recoveryImage {
+	b := newImageBuilder(t)
+	defer b.l.Close()
+	b.img.leaps = true
 	for i, p := range []struct {
 		base     int64
 		n, value int
 	}{{0, 2, 16}, {10, 3, 200}, {300, 1, 16}, {301, 2, 16}, {5000, 4, 300}, {70_000, 1, 16}, {70_001, 2, 40}} {
-		b := buildBatch(t, p.n, p.value, 1000+p.base)
-		Batch(b).setBaseOffset(p.base)
-		Batch(b).setLeaderEpoch(1)
-		_, err := l.AppendAsFollower(b)
+		batch := buildBatch(t, p.n, p.value, 1000+p.base)
+		Batch(batch).setBaseOffset(p.base)
+		Batch(batch).setLeaderEpoch(1)
+		_, err := b.l.AppendAsFollower(batch)
 		require.NoError(t, err)
 		if i == 2 {
-			require.NoError(t, l.Sync())
-			img.synced = readAllBatches(t, l)
-			img.syncEnd = int(l.active().size.Load())
+			b.sync(t)
 		}
 	}
-	img.all = readAllBatches(t, l)
-	img.fs = fs.CrashClone(vfs.CrashOptions{Kill: true})
-	img.opts.FS = nil
-	return img
+	return b.crash(t)
 }
 
 // buildProducerImage builds image 2: batches of three producers, the
 // first three synced.
 func buildProducerImage(t *testing.T) recoveryImage {
-	fs, opts := memLog()
-	opts.SegmentBytes = 1 << 20
-	l, err := Open("/log", opts)
-	require.NoError(t, err)
-	defer l.Close()
-	img := recoveryImage{opts: opts, segment: l.active().path(logSuffix)}
+	b := newImageBuilder(t)
+	defer b.l.Close()
 	for i, p := range []struct {
 		pid int64
 		seq int32
 		n   int
 	}{{7, 0, 3}, {8, 0, 2}, {7, 3, 2}, {8, 2, 2}, {7, 5, 40}, {9, 0, 1}} {
-		b := idemBatch(t, p.pid, 0, p.seq, p.n, int64(100*i))
-		img.produced = append(img.produced, b)
-		idemAppend(t, l, b)
+		batch := idemBatch(t, p.pid, 0, p.seq, p.n, int64(100*i))
+		b.img.produced = append(b.img.produced, batch)
+		idemAppend(t, b.l, batch)
 		if i == 2 {
-			require.NoError(t, l.Sync())
-			img.synced = readAllBatches(t, l)
-			img.syncEnd = int(l.active().size.Load())
+			b.sync(t)
 		}
 	}
-	img.all = readAllBatches(t, l)
-	img.fs = fs.CrashClone(vfs.CrashOptions{Kill: true})
-	img.opts.FS = nil
-	return img
+	return b.crash(t)
 }
 
+// buildRecoveryImage builds image 0, or with roll image 1.
 func buildRecoveryImage(t *testing.T, roll bool) recoveryImage {
-	fs, opts := memLog()
-	opts.SegmentBytes = 1 << 20
-	l, err := Open("/log", opts)
-	require.NoError(t, err)
+	b := newImageBuilder(t)
+	l := b.l
 	defer l.Close()
 	for i, size := range []int{40, 300, 5} {
 		_, err := l.Append(buildBatch(t, 1+i, size, int64(1000+i)))
 		require.NoError(t, err)
 	}
-	require.NoError(t, l.Sync())
-	img := recoveryImage{opts: opts, synced: readAllBatches(t, l)}
-	img.segment = l.active().path(logSuffix)
-	img.syncEnd = int(l.active().size.Load())
+	b.sync(t)
 	for i, size := range []int{20, 700, 90} {
 		_, err := l.Append(buildBatch(t, 2, size, int64(2000+i)))
 		require.NoError(t, err)
 	}
-	_, err = l.Append(seedBatches(t)[4]) // a compressed batch
+	_, err := l.Append(seedBatches(t)[4]) // a compressed batch
 	require.NoError(t, err)
 	rpPath := filepath.Join("/log", recoveryPointFile)
-	rpBefore := readFileFS(t, fs, rpPath)
+	rpBefore := readFileFS(t, b.fs, rpPath)
 	if roll {
 		l.mu.Lock()
 		err := l.roll(l.LogEndOffset())
@@ -149,11 +160,9 @@ func buildRecoveryImage(t *testing.T, roll bool) recoveryImage {
 		l.bg.flushMu.Lock()
 		defer l.bg.flushMu.Unlock()
 	}
-	img.all = readAllBatches(t, l)
-	img.fs = fs.CrashClone(vfs.CrashOptions{Kill: true})
+	img := b.crash(t)
 	// The crash came before the roll flush could move the recovery point.
 	writeFileFS(t, img.fs, rpPath, rpBefore)
-	img.opts.FS = nil
 	return img
 }
 
