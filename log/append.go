@@ -81,7 +81,10 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, err
 // leader epochs, as a replica copying its leader does. The first batch's
 // base offset must be at least LogEndOffset (and not negative) and each
 // batch must start after the previous one ends (gaps are allowed, as in
-// compacted Kafka topics); batches are validated but not modified.
+// compacted Kafka topics); batches are validated but not modified. The
+// batches of one call go to one segment, so they may span at most 2^31
+// offsets (ErrInvalidRecord otherwise): append batches beyond a larger
+// leap in a call of their own.
 //
 // Validation is a follower's, more lenient than a leader's as in Kafka:
 // framing, CRC, offsets that fit int64, and the records of uncompressed
@@ -96,6 +99,9 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
 	if err != nil {
 		return info, err
 	}
+	if err := checkFollowerSpan(batches); err != nil {
+		return info, err
+	}
 	return l.appendValidated(batches, info, false, func(first int64) error {
 		next := first
 		for rest := batches; len(rest) > 0; {
@@ -108,6 +114,19 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
 		}
 		return nil
 	})
+}
+
+// checkFollowerSpan refuses follower batches whose offsets span more
+// than one segment can hold (2^31, its relative offsets being int32): an
+// append goes to one segment, which a roll starts at the first batch's
+// base offset at the earliest.
+func checkFollowerSpan(batches []byte) error {
+	first, _, _ := SplitBatch(batches)
+	if last := lastBatchOf(batches).LastOffset(); last-first.BaseOffset() > math.MaxInt32 {
+		return fmt.Errorf("%w: follower batches from offset %d to %d span more than a segment holds (2^31 offsets); append them in separate calls",
+			ErrInvalidRecord, first.BaseOffset(), last)
+	}
+	return nil
 }
 
 // validateBatches checks every batch without holding the lock and counts

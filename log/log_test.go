@@ -350,6 +350,7 @@ func TestAppendAsFollower(t *testing.T) {
 		{"far below the end", followerBatch(t, 5, 1, 4)},
 		{"batches going backwards", concat(followerBatch(t, 20, 3, 4), followerBatch(t, 15, 3, 4))},
 		{"batches overlapping", concat(followerBatch(t, 20, 3, 4), followerBatch(t, 22, 3, 4))},
+		{"batches spanning more than a segment", concat(followerBatch(t, 20, 3, 4), followerBatch(t, 21+math.MaxInt32, 1, 4))},
 	}
 	for _, r := range rejected {
 		_, err := l.AppendAsFollower(r.batches)
@@ -361,6 +362,43 @@ func TestAppendAsFollower(t *testing.T) {
 	info, err = l.Append(buildBatch(t, 1, 5, 0))
 	require.NoError(t, err)
 	require.Equal(t, int64(13), info.FirstOffset)
+}
+
+// TestAppendAsFollowerLeapPastSegmentRange: a follower batch more than
+// 2^31 offsets past the active segment's base starts a segment of its
+// own, which recovery accepts and truncation removes whole.
+func TestAppendAsFollowerLeapPastSegmentRange(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	l, err := Open("/log", opts)
+	require.NoError(t, err)
+	a, far := followerBatch(t, 0, 3, 1), followerBatch(t, 100+math.MaxInt32, 2, 1)
+	for _, b := range [][]byte{a, far} {
+		_, err := l.AppendAsFollower(b)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int64{0, 100 + math.MaxInt32}, segmentBases(l))
+	require.Equal(t, [][]byte{a, far}, readAllBatches(t, l))
+
+	img := crashCopy(t, fs) // recovery scans both segments
+	opts2 := opts
+	opts2.FS = img
+	l2, err := Open("/log", opts2)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{a, far}, readAllBatches(t, l2))
+	require.NoError(t, l2.Close())
+
+	require.NoError(t, l.TruncateTo(5)) // in the gap
+	require.Equal(t, int64(3), l.LogEndOffset())
+	require.Equal(t, []int64{0}, segmentBases(l))
+	b := followerBatch(t, 3, 2, 1)
+	_, err = l.AppendAsFollower(b)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	l3, err := Open("/log", opts)
+	require.NoError(t, err)
+	defer l3.Close()
+	require.Equal(t, [][]byte{a, b}, readAllBatches(t, l3))
 }
 
 func TestAppendRejectsInvalidBatches(t *testing.T) {

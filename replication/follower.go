@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"math"
 	"time"
 
 	"github.com/replog/replog/log"
@@ -291,9 +292,13 @@ const followerAppendChunkBytes = 256 << 10
 
 // nextAppendChunk splits records (batches) after the leading batches that
 // fit in limit bytes, and at least one. Bytes that do not frame as a batch
-// end a chunk, or make one of their own, for the log to refuse.
+// end a chunk, or make one of their own, for the log to refuse. A batch
+// whose offsets lie more than 2^31 past the chunk's first starts a chunk
+// of its own: the log appends a call's batches to one segment, whose
+// relative offsets are int32.
 func nextAppendChunk(records []byte, limit int) (chunk, rest []byte) {
 	n := 0
+	var base int64
 	for n < len(records) {
 		b, _, err := log.SplitBatch(records[n:])
 		if err != nil {
@@ -302,7 +307,9 @@ func nextAppendChunk(records []byte, limit int) (chunk, rest []byte) {
 			}
 			break
 		}
-		if n > 0 && n+len(b) > limit {
+		if n == 0 {
+			base = b.BaseOffset()
+		} else if n+len(b) > limit || b.LastOffset()-base > math.MaxInt32 {
 			break
 		}
 		n += len(b)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -88,6 +89,19 @@ func FuzzFollowerApply(f *testing.F) {
 			require.True(t, bytes.HasPrefix(data, kept), "the follower lost batches it had")
 		}
 		checkFromLeader(t, data, sent)
+
+		// Fetching on from the real leader, the follower converges.
+		now := ntime
+		for range 8 {
+			now = now.Add(time.Minute) // past any backoff
+			req := follower.node.BuildFetch(0, now)
+			require.NotNil(t, req)
+			resp, err := leader.node.HandleFetch(req, now)
+			require.NoError(t, err)
+			require.NoError(t, resp.Materialize())
+			_, _ = follower.node.HandleFetchResponse(0, req, resp, now)
+		}
+		requireSameLog(t, leader.log, follower.log)
 	})
 }
 

@@ -2,8 +2,10 @@ package replication
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -743,6 +745,14 @@ func TestNextAppendChunk(t *testing.T) {
 	chunk, rest = nextAppendChunk(rest, len(bad))
 	require.Equal(t, []byte{1, 2, 3}, chunk)
 	require.Empty(t, rest)
+	// A batch more than 2^31 offsets past the chunk's first starts the
+	// next chunk: the log holds one call's batches in one segment.
+	near, far := slices.Clone(b), slices.Clone(c)
+	binary.BigEndian.PutUint64(near, 1) // the base offset, first in a batch
+	binary.BigEndian.PutUint64(far, 1+math.MaxInt32)
+	chunk, rest = nextAppendChunk(slices.Concat(a, near, far), len(all))
+	require.Equal(t, slices.Concat(a, near), chunk)
+	require.Equal(t, far, rest)
 }
 
 // A response larger than followerAppendChunkBytes is appended in pieces
