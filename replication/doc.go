@@ -49,7 +49,11 @@
 // leader's end for that epoch is below the fetch offset, or it never had
 // that epoch) the answer is the diverging epoch and its end offset, and
 // the follower truncates to the end of the last epoch both logs share
-// (KIP-101, KIP-279, KIP-320), never to its high watermark alone. Else the
+// (KIP-101, KIP-279, KIP-320), never to its high watermark alone. When
+// the leader has no epoch up to the follower's last one, the follower
+// truncates to its high watermark, as Kafka does, and below any batch of
+// an epoch above the leader's current one (damage: no leader wrote it,
+// and a high watermark past it would never get rid of it). Else the
 // leader records the follower's offset (which, unless RelaxedDurability,
 // the follower fsynced), expands the ISR when the follower caught up to
 // the high watermark and the current epoch, advances the high watermark to

@@ -154,7 +154,7 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 		return
 	case pr.Diverging != nil:
 		n.stats.truncations.Add(1)
-		a.fail(l.TruncateTo(truncationTarget(l, *pr.Diverging)))
+		a.fail(l.TruncateTo(truncationTarget(l, *pr.Diverging, p.epoch)))
 		return
 	}
 	a.p, a.active, a.fp, a.hw = p, true, fp, pr.HighWatermark
@@ -261,12 +261,24 @@ func (n *Node) resetOutOfRange(p *partition, fp FetchPartition, pr *FetchPartiti
 	return nil
 }
 
-// truncationTarget is where a follower truncates when the leader reports
-// a diverging epoch d: the end of the last epoch both logs share.
-func truncationTarget(l *log.Log, d EpochEndOffset) int64 {
+// truncationTarget is where a follower following at epoch current
+// truncates when the leader reports a diverging epoch d: the end of the
+// last epoch both logs share.
+func truncationTarget(l *log.Log, d EpochEndOffset, current int32) int64 {
 	leo := l.LogEndOffset()
 	if d.Epoch == log.NoLeaderEpoch || d.EndOffset < 0 {
-		return max(min(l.HighWatermark(), leo), l.LogStartOffset())
+		// The leader has no epoch up to the follower's last one: back to
+		// the high watermark, as in Kafka, and below any batch of an epoch
+		// above current, which no leader wrote (roles at older epochs
+		// than the log's are refused), so it is damage, and truncating
+		// only to a high watermark past it would ask again forever.
+		target := min(l.HighWatermark(), leo)
+		if l.LatestEpoch() > current {
+			if _, end := l.EndOffsetForEpoch(current); end >= 0 {
+				target = min(target, end)
+			}
+		}
+		return max(target, l.LogStartOffset())
 	}
 	fe, fend := l.EndOffsetForEpoch(d.Epoch)
 	target := d.EndOffset

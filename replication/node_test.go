@@ -248,6 +248,30 @@ func TestNodeTruncatesToTheLastCommonEpoch(t *testing.T) {
 
 // Kafka's testDivergingEpochs and its variants: the follower reaches the
 // leader's log, truncating no lower than where the logs diverge.
+// TestNodeTruncatesEpochsAboveTheLeaders: a follower whose log ends with
+// a batch of an epoch above its leader's (damage: no leader wrote it),
+// under a high watermark past it, gets an undefined diverging epoch from
+// the leader; truncating to its high watermark alone would change nothing
+// and it would ask again forever. It truncates below the batch and
+// converges.
+func TestNodeTruncatesEpochsAboveTheLeaders(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 3, AcksLeader)
+	fetchOnce(t, f, leader, ntime)
+	_, err := f.log.AppendAsLeader(testBatch(t, "not the leader's"), 9)
+	require.NoError(t, err)
+	f.log.SetHighWatermark(f.log.LogEndOffset())
+	leader.produce(t, 2, AcksLeader)
+	_, resp := fetchOnce(t, f, leader, ntime)
+	require.Equal(t, &EpochEndOffset{Epoch: log.NoLeaderEpoch, EndOffset: -1}, resp.Partitions[0].Diverging)
+	require.Equal(t, int64(3), f.log.LogEndOffset(), "truncated below the epoch-9 batch")
+	fetchOnce(t, f, leader, ntime)
+	requireSameLog(t, leader.log, f.log)
+}
+
 func TestNodeDivergingEpochs(t *testing.T) {
 	cases := []struct {
 		name             string
