@@ -330,14 +330,26 @@ func nextAppendChunk(records []byte, limit int) (chunk, rest []byte) {
 }
 
 // skipBelow drops leading batches that end below offset (a response to a
-// fetch that started mid-batch).
+// fetch that started mid-batch), if the batch after them holds offset or
+// they are all there is: when it starts past offset, the leading ones are
+// no batches of the leader's below offset but damaged ones (a leader
+// answers from the batch holding the fetch offset), and skipping them
+// would leave a gap where the leader has records. They are kept, for the
+// log to refuse.
 func skipBelow(records []byte, offset int64) []byte {
-	for len(records) > 0 {
-		b, rest, err := log.SplitBatch(records)
-		if err != nil || b.NextOffset() > offset {
+	rest := records
+	for len(rest) > 0 {
+		b, r, err := log.SplitBatch(rest)
+		if err != nil {
 			return records
 		}
-		records = rest
+		if b.NextOffset() > offset {
+			if b.BaseOffset() > offset && len(rest) < len(records) {
+				return records
+			}
+			return rest
+		}
+		rest = r
 	}
-	return records
+	return rest
 }

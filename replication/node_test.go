@@ -779,6 +779,20 @@ func TestNextAppendChunk(t *testing.T) {
 	require.Equal(t, far, rest)
 }
 
+func TestSkipBelow(t *testing.T) {
+	at := func(base int64) []byte { // a one-record batch at base
+		b := testBatch(t, "v")
+		binary.BigEndian.PutUint64(b, uint64(base))
+		return b
+	}
+	b3, b4, b5, b9 := at(3), at(4), at(5), at(9)
+	require.Equal(t, slices.Concat(b4, b5), skipBelow(slices.Concat(b3, b4, b5), 4), "the batch below the offset goes")
+	require.Empty(t, skipBelow(slices.Concat(b3, b4), 5), "all below")
+	require.Equal(t, slices.Concat(b3, b9), skipBelow(slices.Concat(b3, b9), 4),
+		"kept when what follows leaves a gap at the offset: the log refuses it")
+	require.Equal(t, b9, skipBelow(b9, 4), "a gap without anything below is a compacted leader's")
+}
+
 // A response larger than followerAppendChunkBytes is appended in pieces
 // of whole batches: the follower ends equal to the leader, and a corrupt
 // batch late in a response keeps the pieces before it, which the next
