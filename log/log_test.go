@@ -401,6 +401,36 @@ func TestAppendAsFollowerLeapPastSegmentRange(t *testing.T) {
 	require.Equal(t, [][]byte{a, b}, readAllBatches(t, l3))
 }
 
+// TestTruncateToInAGap: truncating a follower's log to an offset in a
+// gap between its batches leaves it ending where the data before the gap
+// does, not at the batch after the gap, which would claim offsets the log
+// does not hold (a leader telling its follower to truncate there would
+// then never see it converge).
+func TestTruncateToInAGap(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	opts.SegmentBytes = 1 << 20
+	l := openLog(t, "/log", opts)
+	var before [][]byte
+	for base := int64(0); base < 12; base += 3 { // indexed: 512-byte interval
+		b := followerBatch(t, base, 3, 1)
+		before = append(before, b)
+		_, err := l.AppendAsFollower(b)
+		require.NoError(t, err)
+	}
+	_, err := l.AppendAsFollower(concat(followerBatch(t, 1000, 3, 1), followerBatch(t, 1003, 3, 1)))
+	require.NoError(t, err)
+	for _, target := range []int64{500, 12} {
+		require.NoError(t, l.TruncateTo(target))
+		require.Equal(t, int64(12), l.LogEndOffset(), "truncated to %d", target)
+		require.Equal(t, before, readAllBatches(t, l))
+	}
+	next := followerBatch(t, 12, 2, 1)
+	_, err = l.AppendAsFollower(next)
+	require.NoError(t, err)
+	require.Equal(t, append(before, next), readAllBatches(t, l))
+}
+
 func TestAppendRejectsInvalidBatches(t *testing.T) {
 	requireNoGoroutineLeak(t)
 	_, opts := memLog()

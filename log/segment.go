@@ -232,8 +232,16 @@ var headerPool = sync.Pool{New: func() any { return new([BatchHeaderSize]byte) }
 // offset, with its header in hdr, or ok=false when there is none in this
 // segment.
 func (s *segment) find(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (pos int64, ok bool, err error) {
+	pos, _, ok, err = s.findAfter(offset, maxBatch, hdr)
+	return pos, ok, err
+}
+
+// findAfter is find that also returns, when the batch found starts past
+// offset (a follower's gap), where the batch before it in the segment
+// ends (the segment's base if none).
+func (s *segment) findAfter(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (pos, prevNext int64, ok bool, err error) {
 	if err := s.loadIndexes(maxBatch); err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
 	rel := offset - s.base
 	if rel > math.MaxInt32 {
@@ -244,30 +252,33 @@ func (s *segment) find(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (
 	}
 	entryRel, pos, indexed := s.offIdx.lookupEntry(int32(rel))
 	size := s.size.Load()
-	prevNext := s.base
+	// Exact whenever the batch found starts past offset: a batch found at
+	// an index entry's position ends at or below offset, so the scan
+	// passed the one before.
+	prevNext = s.base
 	for pos < size {
 		b, err := s.batchHeaderAt(pos, hdr)
 		if err != nil {
-			return 0, false, err
+			return 0, 0, false, err
 		}
 		if indexed && b.LastOffset() != s.base+int64(entryRel) {
 			// An index entry holds the last offset of the batch at its
 			// position: a header that disagrees is damaged (or the index).
-			return 0, false, fmt.Errorf("%w: batch at position %d of %s ends at offset %d, its index entry says %d",
+			return 0, 0, false, fmt.Errorf("%w: batch at position %d of %s ends at offset %d, its index entry says %d",
 				ErrCorrupt, pos, s.path(logSuffix), b.LastOffset(), s.base+int64(entryRel))
 		}
 		indexed = false
 		if b.BaseOffset() < prevNext {
-			return 0, false, fmt.Errorf("%w: batch at position %d of %s starts at offset %d, before the previous batch ends (%d)",
+			return 0, 0, false, fmt.Errorf("%w: batch at position %d of %s starts at offset %d, before the previous batch ends (%d)",
 				ErrCorrupt, pos, s.path(logSuffix), b.BaseOffset(), prevNext)
 		}
 		if b.LastOffset() >= offset {
-			return pos, true, nil
+			return pos, prevNext, true, nil
 		}
 		prevNext = b.NextOffset()
 		pos += int64(b.Size())
 	}
-	return 0, false, nil
+	return 0, 0, false, nil
 }
 
 // close closes the segment's file.

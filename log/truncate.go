@@ -32,15 +32,20 @@ func (l *Log) TruncateTo(offset int64) error {
 	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
 	s := segs[i]
 	var hdr [BatchHeaderSize]byte
-	pos, ok, err := s.find(offset, l.opts.MaxBatchBytes, &hdr)
+	pos, prevNext, ok, err := s.findAfter(offset, l.opts.MaxBatchBytes, &hdr)
 	if err != nil {
 		return err
 	}
 	newLEO := s.next.Load()
-	if ok {
-		newLEO = Batch(hdr[:]).BaseOffset()
-	} else {
+	switch {
+	case !ok:
 		pos = s.size.Load()
+	case Batch(hdr[:]).BaseOffset() > offset:
+		// offset lies in a follower's gap: the log ends where the data
+		// before it does, claiming no offset it does not hold.
+		newLEO = prevNext
+	default:
+		newLEO = Batch(hdr[:]).BaseOffset()
 	}
 	// The later segments go first, newest first: if one cannot be
 	// deleted, what is left is still the start of the log, on disk and in
