@@ -84,7 +84,8 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, err
 // compacted Kafka topics); batches are validated but not modified. The
 // batches of one call go to one segment, so they may span at most 2^31
 // offsets (ErrInvalidRecord otherwise): append batches beyond a larger
-// leap in a call of their own.
+// leap in a call of their own. Leader epochs must not go down from the
+// log's last batch on, nor below NoLeaderEpoch (ErrInvalidRecord).
 //
 // Validation is a follower's, more lenient than a leader's as in Kafka:
 // framing, CRC, offsets that fit int64, and the records of uncompressed
@@ -103,13 +104,18 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
 		return info, err
 	}
 	return l.appendValidated(batches, info, false, func(first int64) error {
-		next := first
+		next, epoch := first, l.EpochAt(first-1)
 		for rest := batches; len(rest) > 0; {
 			b, r, _ := SplitBatch(rest)
 			if b.BaseOffset() < next {
 				return fmt.Errorf("%w: follower batch at offset %d, expected at least %d", ErrInvalidRecord, b.BaseOffset(), next)
 			}
-			next = b.NextOffset()
+			// Leader epochs never go down along a log: a batch's epoch
+			// below the one before it is damaged (it is outside the CRC).
+			if b.LeaderEpoch() < max(epoch, NoLeaderEpoch) {
+				return fmt.Errorf("%w: follower batch at offset %d of leader epoch %d, after epoch %d", ErrInvalidRecord, b.BaseOffset(), b.LeaderEpoch(), epoch)
+			}
+			next, epoch = b.NextOffset(), b.LeaderEpoch()
 			rest = r
 		}
 		return nil

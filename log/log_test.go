@@ -351,6 +351,8 @@ func TestAppendAsFollower(t *testing.T) {
 		{"batches going backwards", concat(followerBatch(t, 20, 3, 4), followerBatch(t, 15, 3, 4))},
 		{"batches overlapping", concat(followerBatch(t, 20, 3, 4), followerBatch(t, 22, 3, 4))},
 		{"batches spanning more than a segment", concat(followerBatch(t, 20, 3, 4), followerBatch(t, 21+math.MaxInt32, 1, 4))},
+		{"a leader epoch below the last batch's", followerBatch(t, 13, 1, 3)},
+		{"leader epochs going down", concat(followerBatch(t, 13, 1, 5), followerBatch(t, 14, 1, 4))},
 	}
 	for _, r := range rejected {
 		_, err := l.AppendAsFollower(r.batches)
