@@ -56,12 +56,7 @@ func FuzzFollowerApply(f *testing.F) {
 	f.Add([]byte{}, int8(0), uint8(0), true, int8(1), int8(2))                            // a divergence
 	f.Add([]byte{}, int8(-3), uint8(byte(CodeOffsetOutOfRange)), false, int8(0), int8(0)) // out of range
 	f.Fuzz(func(t *testing.T, ops []byte, hwDelta int8, code uint8, diverge bool, divEpoch, divEnd int8) {
-		leader := newTestReplica(t, 0, Config{})
-		follower := newTestReplica(t, 1, Config{})
-		require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
-		require.NoError(t, follower.node.BecomeFollower(ntp, 1, 0))
-		leader.produce(t, 3, AcksLeader)
-		fetchOnce(t, follower, leader, ntime)
+		leader, follower := newCaughtUpPair(t)
 		kept, err := readAll(follower.log)
 		require.NoError(t, err)
 		leader.produce(t, 2, AcksLeader)

@@ -248,6 +248,19 @@ func TestNodeTruncatesToTheLastCommonEpoch(t *testing.T) {
 
 // Kafka's testDivergingEpochs and its variants: the follower reaches the
 // leader's log, truncating no lower than where the logs diverge.
+// newCaughtUpPair returns a leader (node 0, epoch 1) and its follower
+// (node 1), which has fetched the leader's first three batches.
+func newCaughtUpPair(t *testing.T) (leader, follower *testReplica) {
+	t.Helper()
+	leader = newTestReplica(t, 0, Config{})
+	follower = newTestReplica(t, 1, Config{})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
+	require.NoError(t, follower.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 3, AcksLeader)
+	fetchOnce(t, follower, leader, ntime)
+	return leader, follower
+}
+
 // TestNodeTruncatesEpochsAboveTheLeaders: a follower whose log ends with
 // a batch of an epoch above its leader's (damage: no leader wrote it),
 // under a high watermark past it, gets an undefined diverging epoch from
@@ -255,12 +268,7 @@ func TestNodeTruncatesToTheLastCommonEpoch(t *testing.T) {
 // and it would ask again forever. It truncates below the batch and
 // converges.
 func TestNodeTruncatesEpochsAboveTheLeaders(t *testing.T) {
-	leader := newTestReplica(t, 0, Config{})
-	f := newTestReplica(t, 1, Config{})
-	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
-	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
-	leader.produce(t, 3, AcksLeader)
-	fetchOnce(t, f, leader, ntime)
+	leader, f := newCaughtUpPair(t)
 	_, err := f.log.AppendAsLeader(testBatch(t, "not the leader's"), 9)
 	require.NoError(t, err)
 	f.log.SetHighWatermark(f.log.LogEndOffset())
