@@ -11,10 +11,11 @@ import (
 // log end offset becomes the base offset of the first batch removed
 // (offset itself when offset is a batch boundary, as leader-epoch end
 // offsets are), or, when offset lies in a follower's gap between batches,
-// the end of the batch before the gap. Later segments are deleted. The truncation is fsynced
-// before TruncateTo returns, so truncated data never reappears after a
-// crash. Truncating at or past the log end offset does nothing; below the
-// log start offset it returns ErrOffsetOutOfRange.
+// the end of the batch before the gap. Later segments are deleted. The
+// truncation is fsynced before TruncateTo returns, so truncated data
+// never reappears after a crash. Truncating at or past the log end offset
+// does nothing; below the log start offset it returns
+// ErrOffsetOutOfRange.
 func (l *Log) TruncateTo(offset int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
