@@ -294,11 +294,7 @@ func TestCrashOptionsKeepAll(t *testing.T) {
 	m := newMemDir(t)
 	writeFile(t, m, p("f"), "sync", true)
 	require.NoError(t, m.SyncDir(root))
-	f, err := m.OpenFile(p("f"), os.O_RDWR, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte("ed"), 4)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	writeAt(t, m, p("f"), "ed", 4)
 	writeFile(t, m, p("unsynced-entry"), "x", true)
 
 	seen := map[string]bool{}
@@ -587,11 +583,7 @@ func TestCrashKill(t *testing.T) {
 	m := newMemDir(t)
 	writeFile(t, m, p("a"), "A", true)
 	require.NoError(t, m.SyncDir(root))
-	f, err := m.OpenFile(p("a"), os.O_RDWR, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte("+unsynced"), 1)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	writeAt(t, m, p("a"), "+unsynced", 1)
 	writeFile(t, m, p("b"), "B", true)           // entry not synced
 	require.NoError(t, m.Rename(p("a"), p("c"))) // nor is this
 	require.NoError(t, m.MkdirAll(p("d"), 0o755))
@@ -611,4 +603,14 @@ func TestCrashKill(t *testing.T) {
 	assert.Equal(t, "E2", readFile(t, after, p("d/e")))
 	assert.Equal(t, "B", readFile(t, after, p("b")))
 	assert.Equal(t, "A", readFile(t, after, p("c")), "the rename is durable, the unsynced write is not")
+}
+
+// writeAt writes data at off into the existing file name, without a sync.
+func writeAt(t *testing.T, fsys vfs.FS, name, data string, off int64) {
+	t.Helper()
+	f, err := fsys.OpenFile(name, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte(data), off)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
 }
