@@ -232,18 +232,24 @@ var headerPool = sync.Pool{New: func() any { return new([BatchHeaderSize]byte) }
 // offset, with its header in hdr, or ok=false when there is none in this
 // segment.
 func (s *segment) find(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (pos int64, ok bool, err error) {
-	pos, _, ok, err = s.findAfter(offset, maxBatch, hdr)
+	pos, _, ok, err = s.findAfter(offset, maxBatch, hdr, false)
 	return pos, ok, err
 }
 
-// findAfter is find that also returns, when the batch found starts past
-// offset (a follower's gap), where the batch before it in the segment
-// ends (the segment's base if none).
-func (s *segment) findAfter(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (pos, prevNext int64, ok bool, err error) {
+// findAfter is find that also returns where the batch before the one
+// found ends in the segment (its base if there is none), exactly if
+// exactPrev, which may cost a header read more: a gap of a follower's may
+// lie between the two.
+func (s *segment) findAfter(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte, exactPrev bool) (pos, prevNext int64, ok bool, err error) {
 	if err := s.loadIndexes(maxBatch); err != nil {
 		return 0, 0, false, err
 	}
 	rel := offset - s.base
+	if exactPrev {
+		// From an entry whose batch ends below offset, so the scan passes
+		// the batch before the one found.
+		rel--
+	}
 	if rel > math.MaxInt32 {
 		rel = math.MaxInt32
 	}
@@ -252,9 +258,6 @@ func (s *segment) findAfter(offset int64, maxBatch int, hdr *[BatchHeaderSize]by
 	}
 	entryRel, pos, indexed := s.offIdx.lookupEntry(int32(rel))
 	size := s.size.Load()
-	// Exact whenever the batch found starts past offset: a batch found at
-	// an index entry's position ends at or below offset, so the scan
-	// passed the one before.
 	prevNext = s.base
 	for pos < size {
 		b, err := s.batchHeaderAt(pos, hdr)

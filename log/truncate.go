@@ -10,8 +10,8 @@ import (
 // TruncateTo removes every batch whose last offset is >= offset, so the
 // log end offset becomes the base offset of the first batch removed
 // (offset itself when offset is a batch boundary, as leader-epoch end
-// offsets are), or, when offset lies in a follower's gap between batches,
-// the end of the batch before the gap. Later segments are deleted. The
+// offsets are), or, when a follower's gap lies before that batch, the end
+// of the batch before the gap. Later segments are deleted. The
 // truncation is fsynced before TruncateTo returns, so truncated data
 // never reappears after a crash. Truncating at or past the log end offset
 // does nothing; below the log start offset it returns
@@ -34,20 +34,18 @@ func (l *Log) TruncateTo(offset int64) error {
 	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
 	s := segs[i]
 	var hdr [BatchHeaderSize]byte
-	pos, prevNext, ok, err := s.findAfter(offset, l.opts.MaxBatchBytes, &hdr)
+	pos, prevNext, ok, err := s.findAfter(offset, l.opts.MaxBatchBytes, &hdr, true)
 	if err != nil {
 		return err
 	}
 	newLEO := s.next.Load()
-	switch {
-	case !ok:
-		pos = s.size.Load()
-	case Batch(hdr[:]).BaseOffset() > offset:
-		// offset lies in a follower's gap: the log ends where the data
-		// before it does, claiming no offset it does not hold.
+	if ok {
+		// Where the batch before the first one removed ends: its base
+		// offset, unless a follower's gap lies between them, and then the
+		// log claims no offset of the gap.
 		newLEO = prevNext
-	default:
-		newLEO = Batch(hdr[:]).BaseOffset()
+	} else {
+		pos = s.size.Load()
 	}
 	// The later segments go first, newest first: if one cannot be
 	// deleted, what is left is still the start of the log, on disk and in
