@@ -53,7 +53,10 @@
 // the leader has no epoch up to the follower's last one, the follower
 // truncates to its high watermark, as Kafka does, and below any batch of
 // an epoch above the leader's current one (damage: no leader wrote it,
-// and a high watermark past it would never get rid of it). Else the
+// and a high watermark past it would never get rid of it). A base offset
+// damaged in transit (it is outside the CRC) so that offsets still grow
+// is stored as a gap, which a follower cannot tell from a compacted
+// leader's. Else the
 // leader records the follower's offset (which, unless RelaxedDurability,
 // the follower fsynced), expands the ISR when the follower caught up to
 // the high watermark and the current epoch, advances the high watermark to
