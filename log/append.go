@@ -100,15 +100,20 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	if err := checkFollowerSpan(batches); err != nil {
-		return info, err
-	}
 	return l.appendValidated(batches, info, false, func(first int64) error {
 		next, epoch := first, l.EpochAt(first-1)
+		firstBase := Batch(batches).BaseOffset()
 		for rest := batches; len(rest) > 0; {
 			b, r, _ := SplitBatch(rest)
 			if b.BaseOffset() < next {
 				return fmt.Errorf("%w: follower batch at offset %d, expected at least %d", ErrInvalidRecord, b.BaseOffset(), next)
+			}
+			// An append goes to one segment, which a roll starts at the
+			// first batch's base offset at the earliest, and whose
+			// relative offsets are int32.
+			if b.LastOffset()-firstBase > math.MaxInt32 {
+				return fmt.Errorf("%w: follower batches from offset %d to %d span more than a segment holds (2^31 offsets); append them in separate calls",
+					ErrInvalidRecord, firstBase, b.LastOffset())
 			}
 			// Leader epochs never go down along a log: a batch's epoch
 			// below the one before it is damaged (it is outside the CRC).
@@ -120,19 +125,6 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
 		}
 		return nil
 	})
-}
-
-// checkFollowerSpan refuses follower batches whose offsets span more
-// than one segment can hold (2^31, its relative offsets being int32): an
-// append goes to one segment, which a roll starts at the first batch's
-// base offset at the earliest.
-func checkFollowerSpan(batches []byte) error {
-	first, _, _ := SplitBatch(batches)
-	if last := lastBatchOf(batches).LastOffset(); last-first.BaseOffset() > math.MaxInt32 {
-		return fmt.Errorf("%w: follower batches from offset %d to %d span more than a segment holds (2^31 offsets); append them in separate calls",
-			ErrInvalidRecord, first.BaseOffset(), last)
-	}
-	return nil
 }
 
 // validateBatches checks every batch without holding the lock and counts
