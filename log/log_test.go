@@ -434,6 +434,36 @@ func TestTruncateToInAGap(t *testing.T) {
 	require.Equal(t, append(before, next), readAllBatches(t, l))
 }
 
+// TestTruncateToAGapBetweenSegments: the batch after a follower's gap
+// starts a segment; truncating at it removes that segment, so the log
+// ends before the gap rather than at the removed segment's base, and the
+// same after a reopen.
+func TestTruncateToAGapBetweenSegments(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	var before [][]byte
+	for base := int64(0); base < 12; base += 3 {
+		before = append(before, followerBatch(t, base, 3, 1))
+	}
+	opts.SegmentBytes = int64(len(concat(before...)))
+	l := openLog(t, "/log", opts)
+	_, err := l.AppendAsFollower(concat(before...))
+	require.NoError(t, err)
+	_, err = l.AppendAsFollower(concat(followerBatch(t, 1000, 3, 1), followerBatch(t, 1003, 3, 1)))
+	require.NoError(t, err)
+	require.Equal(t, 2, l.Stats().Segments)
+	require.NoError(t, l.TruncateTo(1000))
+	require.Equal(t, int64(12), l.LogEndOffset())
+	require.Equal(t, before, readAllBatches(t, l))
+	require.NoError(t, l.Close())
+	l = openLog(t, "/log", opts)
+	require.Equal(t, int64(12), l.LogEndOffset())
+	next := followerBatch(t, 12, 2, 1)
+	_, err = l.AppendAsFollower(next)
+	require.NoError(t, err)
+	require.Equal(t, append(before, next), readAllBatches(t, l))
+}
+
 func TestAppendRejectsInvalidBatches(t *testing.T) {
 	requireNoGoroutineLeak(t)
 	_, opts := memLog()

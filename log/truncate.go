@@ -38,6 +38,13 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err != nil {
 		return err
 	}
+	if ok && pos == 0 && i > 0 && segs[i-1].next.Load() < s.base {
+		// The first batch removed starts a segment after a follower's
+		// gap: the whole segment goes, and the log ends where the one
+		// before it does.
+		i--
+		s, ok = segs[i], false
+	}
 	newLEO := s.next.Load()
 	if ok {
 		// Where the batch before the first one removed ends: its base
