@@ -239,7 +239,9 @@ func (s *segment) find(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (
 // findAfter is find that also returns where the batch before the one
 // found ends in the segment (its base if there is none), exactly if
 // exactPrev, which may cost a header read more: a gap of a follower's may
-// lie between the two.
+// lie between the two. When none is found, prevNext is where the
+// segment's last batch ends, from its data rather than its next offset,
+// which for a sealed segment not yet scanned is the next one's base.
 func (s *segment) findAfter(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte, exactPrev bool) (pos, prevNext int64, ok bool, err error) {
 	if err := s.loadIndexes(maxBatch); err != nil {
 		return 0, 0, false, err
@@ -281,7 +283,7 @@ func (s *segment) findAfter(offset int64, maxBatch int, hdr *[BatchHeaderSize]by
 		prevNext = b.NextOffset()
 		pos += int64(b.Size())
 	}
-	return 0, 0, false, nil
+	return 0, prevNext, false, nil
 }
 
 // close closes the segment's file.

@@ -2,6 +2,7 @@ package log
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,24 +35,27 @@ func (l *Log) TruncateTo(offset int64) error {
 	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
 	s := segs[i]
 	var hdr [BatchHeaderSize]byte
-	pos, prevNext, ok, err := s.findAfter(offset, l.opts.MaxBatchBytes, &hdr, true)
+	// Where the batch before the first one removed ends (its base
+	// offset, unless a follower's gap lies between them, and then the log
+	// claims no offset of the gap), or the segment's last batch ends.
+	pos, newLEO, ok, err := s.findAfter(offset, l.opts.MaxBatchBytes, &hdr, true)
 	if err != nil {
 		return err
 	}
-	if ok && pos == 0 && i > 0 && segs[i-1].next.Load() < s.base {
-		// The first batch removed starts a segment after a follower's
-		// gap: the whole segment goes, and the log ends where the one
+	if ok && pos == 0 && i > 0 {
+		// The first batch removed starts a segment: if a gap lies before
+		// it, the whole segment goes, and the log ends where the one
 		// before it does.
-		i--
-		s, ok = segs[i], false
+		_, prevEnd, _, err := segs[i-1].findAfter(math.MaxInt64, l.opts.MaxBatchBytes, &hdr, true)
+		if err != nil {
+			return err
+		}
+		if prevEnd < s.base {
+			i--
+			s, newLEO, ok = segs[i], prevEnd, false
+		}
 	}
-	newLEO := s.next.Load()
-	if ok {
-		// Where the batch before the first one removed ends: its base
-		// offset, unless a follower's gap lies between them, and then the
-		// log claims no offset of the gap.
-		newLEO = prevNext
-	} else {
+	if !ok {
 		pos = s.size.Load()
 	}
 	// The later segments go first, newest first: if one cannot be
