@@ -85,7 +85,11 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, err
 // batches of one call go to one segment, so they may span at most 2^31
 // offsets (ErrInvalidRecord otherwise): append batches beyond a larger
 // leap in a call of their own. Leader epochs must not go down from the
-// log's last batch on, nor below NoLeaderEpoch (ErrInvalidRecord).
+// log's last batch on, nor below NoLeaderEpoch (ErrInvalidRecord). In a
+// log that holds no batch, a first batch too far past the log start for
+// its segment (2^31 offsets) starts a new segment in place of the empty
+// one, and the log start offset moves up to it, durably: no record lies
+// between.
 //
 // Validation is a follower's, more lenient than a leader's as in Kafka:
 // framing, CRC, offsets that fit int64, and the records of uncompressed
@@ -428,6 +432,15 @@ func (l *Log) replaceEmptyActive(base int64) error {
 	}
 	if len(next) > 1 && next[len(next)-2].next.Load() != base {
 		return l.makeGapDurable(base)
+	}
+	if len(next) == 1 && base > l.logStart.Load() {
+		// The log held no batch, and now starts at its only segment's
+		// base: the log start moves up to it (no record lies between),
+		// durably, as a reopen would find it.
+		if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), base); err != nil {
+			return l.fail(err)
+		}
+		return l.raiseLogStart(base)
 	}
 	return nil
 }

@@ -435,33 +435,70 @@ func TestTruncateToInAGap(t *testing.T) {
 }
 
 // TestTruncateToAGapBetweenSegments: the batch after a follower's gap
-// starts a segment; truncating at it removes that segment, so the log
-// ends before the gap rather than at the removed segment's base, and the
-// same after a reopen.
+// starts a segment; truncating at it, or in the gap, removes that
+// segment, so the log ends before the gap rather than at the removed
+// segment's base, and the same after a reopen. Also after a reopen before
+// the truncation, when the sealed segment's end is not yet known.
 func TestTruncateToAGapBetweenSegments(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		at     int64
+		reopen bool
+	}{{"at the batch", 1000, false}, {"in the gap", 500, false}, {"at the batch after a reopen", 1000, true}, {"in the gap after a reopen", 500, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			requireNoGoroutineLeak(t)
+			_, opts := memLog()
+			var before [][]byte
+			for base := int64(0); base < 12; base += 3 {
+				before = append(before, followerBatch(t, base, 3, 1))
+			}
+			opts.SegmentBytes = int64(len(concat(before...)))
+			l := openLog(t, "/log", opts)
+			_, err := l.AppendAsFollower(concat(before...))
+			require.NoError(t, err)
+			_, err = l.AppendAsFollower(concat(followerBatch(t, 1000, 3, 1), followerBatch(t, 1003, 3, 1)))
+			require.NoError(t, err)
+			require.Equal(t, 2, l.Stats().Segments)
+			if c.reopen {
+				require.NoError(t, l.Close())
+				l = openLog(t, "/log", opts)
+			}
+			require.NoError(t, l.TruncateTo(c.at))
+			require.Equal(t, int64(12), l.LogEndOffset())
+			require.Equal(t, before, readAllBatches(t, l))
+			require.NoError(t, l.Close())
+			l = openLog(t, "/log", opts)
+			require.Equal(t, int64(12), l.LogEndOffset())
+			next := followerBatch(t, 12, 2, 1)
+			_, err = l.AppendAsFollower(next)
+			require.NoError(t, err)
+			require.Equal(t, append(before, next), readAllBatches(t, l))
+		})
+	}
+}
+
+// TestFollowerLeapIntoAnEmptyLog: a follower's first batch too far past
+// an empty log's start for its segment replaces the segment, and the log
+// start moves up to it at once, as a reopen finds it.
+func TestFollowerLeapIntoAnEmptyLog(t *testing.T) {
 	requireNoGoroutineLeak(t)
 	_, opts := memLog()
-	var before [][]byte
-	for base := int64(0); base < 12; base += 3 {
-		before = append(before, followerBatch(t, base, 3, 1))
-	}
-	opts.SegmentBytes = int64(len(concat(before...)))
 	l := openLog(t, "/log", opts)
-	_, err := l.AppendAsFollower(concat(before...))
+	require.NoError(t, l.TruncateFullyAndStartAt(200))
+	base := int64(200 + 1<<31 + 5)
+	b := followerBatch(t, base, 3, 1)
+	_, err := l.AppendAsFollower(b)
 	require.NoError(t, err)
-	_, err = l.AppendAsFollower(concat(followerBatch(t, 1000, 3, 1), followerBatch(t, 1003, 3, 1)))
-	require.NoError(t, err)
-	require.Equal(t, 2, l.Stats().Segments)
-	require.NoError(t, l.TruncateTo(1000))
-	require.Equal(t, int64(12), l.LogEndOffset())
-	require.Equal(t, before, readAllBatches(t, l))
+	check := func(l *Log) {
+		t.Helper()
+		require.Equal(t, base, l.LogStartOffset())
+		require.Equal(t, base+3, l.LogEndOffset())
+		require.Equal(t, [][]byte{b}, readAllBatches(t, l))
+		require.Equal(t, []EpochEntry{{Epoch: 1, StartOffset: base}}, l.LeaderEpochs())
+	}
+	check(l)
 	require.NoError(t, l.Close())
-	l = openLog(t, "/log", opts)
-	require.Equal(t, int64(12), l.LogEndOffset())
-	next := followerBatch(t, 12, 2, 1)
-	_, err = l.AppendAsFollower(next)
-	require.NoError(t, err)
-	require.Equal(t, append(before, next), readAllBatches(t, l))
+	check(openLog(t, "/log", opts))
 }
 
 func TestAppendRejectsInvalidBatches(t *testing.T) {

@@ -21,12 +21,8 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 	if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), offset); err != nil {
 		return l.fail(err)
 	}
-	l.logStart.Store(offset)
-	if l.hw.Load() < offset {
-		l.hw.Store(offset)
-	}
-	if err := l.truncateEpochsFromStart(offset); err != nil {
-		return l.fail(err)
+	if err := l.raiseLogStart(offset); err != nil {
+		return err
 	}
 	segs := l.segments()
 	n := 0
@@ -75,15 +71,25 @@ func (l *Log) ApplyRetention() (int, error) {
 		return 0, nil
 	}
 	if start := segs[n].base; start > l.logStart.Load() {
-		l.logStart.Store(start)
-		if l.hw.Load() < start {
-			l.hw.Store(start)
-		}
-		if err := l.truncateEpochsFromStart(start); err != nil {
-			return 0, l.fail(err)
+		if err := l.raiseLogStart(start); err != nil {
+			return 0, err
 		}
 	}
 	return l.deleteOldest(n)
+}
+
+// raiseLogStart moves the log start offset up to start, and the high
+// watermark and the leader epochs with it. Callers hold l.mu and have
+// checkpointed start if it must survive a reopen.
+func (l *Log) raiseLogStart(start int64) error {
+	l.logStart.Store(start)
+	if l.hw.Load() < start {
+		l.hw.Store(start)
+	}
+	if err := l.truncateEpochsFromStart(start); err != nil {
+		return l.fail(err)
+	}
+	return nil
 }
 
 // segmentMaxTimestamp returns the newest timestamp in s, loading its time
