@@ -1,0 +1,386 @@
+package log
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// FuzzLogOps runs a sequence of operations decoded from the input on a
+// Log with small segments (leader and follower appends, with offset leaps
+// of up to 2^31 as a follower's may have, leader epochs, TruncateTo,
+// DeleteRecordsBefore, TruncateFullyAndStartAt, retention, Close and
+// reopen, a process crash and reopen) and checks the log against a model
+// after each one: start and end offsets, the leader epochs, and every
+// batch read back byte for byte, whole and from offsets inside batches
+// and gaps. testdata/fuzz/FuzzLogOps holds the inputs that found two
+// TruncateTo bugs in follower gaps.
+func FuzzLogOps(f *testing.F) {
+	for _, seed := range [][]byte{
+		{opsLeaderAppend, 2, opsLeaderAppend, 1, opsReopen, 0, opsLeaderAppend, 0},
+		// Follower leaps, then truncations at and around the gaps.
+		{opsFollowerAppend, 0x22, opsFollowerAppend, 0x22, opsFollowerAppend, 0x22,
+			opsFollowerAppend, 0x23, opsFollowerAppend, 0x32, opsTruncate, 0x03, opsLeaderAppend, 1},
+		{opsFollowerAppend, 0x40, opsNewEpoch, 1, opsFollowerAppend, 0x31, opsDeleteBefore, 0x05,
+			opsTruncate, 0x02, opsCrash, 0, opsLeaderAppend, 2},
+		{opsLeaderAppend, 2, opsBeginEpoch, 0, opsTruncateFully, 0x13, opsFollowerAppend, 0x45,
+			opsReopen, 0, opsTruncate, 0x01},
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, program []byte) {
+		if len(program) > 96 {
+			return
+		}
+		r := &opsRunner{t: t, fs: vfs.NewMem(), in: program}
+		r.open(r.fs)
+		defer func() { _ = r.l.Close() }()
+		for len(r.in) > 0 {
+			r.step()
+			r.check()
+		}
+	})
+}
+
+// The operations of FuzzLogOps, each taking one parameter byte.
+const (
+	opsLeaderAppend = iota
+	opsFollowerAppend
+	opsNewEpoch
+	opsBeginEpoch
+	opsTruncate
+	opsDeleteBefore
+	opsTruncateFully
+	opsReopen
+	opsCrash
+	opsRetention
+	opsCount
+)
+
+// opsModel is what the log should hold. batches are the batches appended
+// and not truncated, in order, as stored; those below start may or may
+// not still be on disk.
+type opsModel struct {
+	batches    [][]byte
+	start, end int64
+	epoch      int32 // the epoch the next appends carry
+	epochs     []EpochEntry
+}
+
+type opsRunner struct {
+	t  *testing.T
+	fs *vfs.MemFS
+	l  *Log
+	m  opsModel
+	in []byte
+	n  int // batches built, for distinct contents
+}
+
+func opsOptions(fsys vfs.FS) Options {
+	return Options{FS: fsys, SegmentBytes: 1 << 10, IndexIntervalBytes: 128, RetentionBytes: 3 << 10}
+}
+
+func (r *opsRunner) open(fsys *vfs.MemFS) {
+	l, err := Open(crashDir, opsOptions(fsys))
+	require.NoError(r.t, err)
+	r.fs, r.l = fsys, l
+}
+
+func (r *opsRunner) next() byte {
+	if len(r.in) == 0 {
+		return 0
+	}
+	b := r.in[0]
+	r.in = r.in[1:]
+	return b
+}
+
+func (r *opsRunner) step() {
+	op, p := r.next()%opsCount, r.next()
+	r.t.Logf("op %d(%#x) on [%d, %d) epoch %d", op, p, r.m.start, r.m.end, r.m.epoch)
+	switch op {
+	case opsLeaderAppend:
+		r.leaderAppend(int(p % 3))
+	case opsFollowerAppend:
+		r.followerAppend(p)
+	case opsNewEpoch:
+		r.m.epoch += 1 + int32(p%3)
+	case opsBeginEpoch:
+		require.NoError(r.t, r.l.BeginLeaderEpoch(r.m.epoch))
+		r.m.assignEpoch(r.m.epoch, r.m.end)
+	case opsTruncate:
+		r.truncate(r.pickOffset(p))
+	case opsDeleteBefore:
+		off := r.pickOffset(p)
+		require.NoError(r.t, r.l.DeleteRecordsBefore(off))
+		r.m.deleteBefore(off)
+	case opsTruncateFully:
+		off := r.m.end + int64(p%4)*100 - 100
+		if off < 0 {
+			off = 0
+		}
+		require.NoError(r.t, r.l.TruncateFullyAndStartAt(off))
+		r.m.batches, r.m.epochs = nil, nil
+		r.m.start, r.m.end = off, off
+	case opsReopen:
+		require.NoError(r.t, r.l.Close())
+		r.open(r.fs)
+		r.m.truncateEpochsFromEnd(r.m.end) // an epoch with no batch yet is not kept
+	case opsCrash:
+		image := crashCopy(r.t, r.fs)
+		require.NoError(r.t, r.l.Close())
+		r.open(image)
+		r.m.truncateEpochsFromEnd(r.m.end)
+	case opsRetention:
+		r.retention()
+	}
+}
+
+// retention runs ApplyRetention: the log may then start at the base of a
+// later segment, which is the base of one of its batches.
+func (r *opsRunner) retention() {
+	_, err := r.l.ApplyRetention()
+	require.NoError(r.t, err)
+	start := r.l.LogStartOffset()
+	if start == r.m.start {
+		return
+	}
+	require.Greater(r.t, start, r.m.start, "log start offset after retention")
+	require.True(r.t, slices.ContainsFunc(r.m.live(), func(b []byte) bool { return Batch(b).BaseOffset() == start }),
+		"log start offset %d after retention is no batch's base", start)
+	r.m.deleteBefore(start)
+}
+
+// newBatch builds a distinct batch of 1-3 records.
+func (r *opsRunner) newBatch(records int) []byte {
+	r.n++
+	return buildTestBatch(r.t, r.n*3+records)
+}
+
+func (r *opsRunner) leaderAppend(extra int) {
+	b := r.newBatch(extra)
+	info, err := r.l.AppendAsLeader(b, r.m.epoch)
+	require.NoError(r.t, err)
+	require.Equal(r.t, r.m.end, info.FirstOffset, "leader append's base offset")
+	r.m.add(Batch(b))
+}
+
+// followerAppend appends one or two batches as a follower, the first
+// after a leap chosen by p's high bits: none, a few offsets, or just past
+// 2^8, 2^16 or 2^31 offsets.
+func (r *opsRunner) followerAppend(p byte) {
+	leaps := []int64{0, 3, 1<<8 + 1, 1<<16 + 7, 1<<31 + 5}
+	base := r.m.end + leaps[int(p>>4)%len(leaps)]
+	var all []byte
+	var batches [][]byte
+	for i := range 1 + int(p>>3)%2 {
+		b := r.newBatch(int(p) + i)
+		Batch(b).setBaseOffset(base)
+		Batch(b).setLeaderEpoch(r.m.epoch)
+		base = Batch(b).NextOffset() + int64(i)*2 // the second batch leaps a little
+		all = append(all, b...)
+		batches = append(batches, b)
+	}
+	_, err := r.l.AppendAsFollower(all)
+	require.NoError(r.t, err)
+	live := r.m.live()
+	for _, b := range batches {
+		r.m.add(Batch(b))
+	}
+	if start := r.l.LogStartOffset(); start != r.m.start {
+		// A log holding no batch, whose only segment cannot hold the
+		// first batch (2^31 offsets past its base), starts at it.
+		require.Empty(r.t, live, "log start moved from %d to %d by an append", r.m.start, start)
+		require.Equal(r.t, Batch(batches[0]).BaseOffset(), start, "log start after an append to an empty log")
+		r.m.deleteBefore(start)
+	}
+}
+
+// live returns the batches at or after the log start.
+func (m *opsModel) live() [][]byte {
+	out := [][]byte{}
+	for _, b := range m.batches {
+		if Batch(b).LastOffset() >= m.start {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// pickOffset picks an offset in [start, end]: a batch's base, an offset
+// inside a batch or a gap, or the end.
+func (r *opsRunner) pickOffset(p byte) int64 {
+	live := r.m.live()
+	if int(p>>2) >= len(live) {
+		return r.m.end
+	}
+	b := Batch(live[int(p>>2)])
+	switch p % 4 {
+	case 0:
+		return max(b.BaseOffset(), r.m.start)
+	case 1:
+		return max(b.LastOffset(), r.m.start)
+	case 2:
+		return max(b.BaseOffset()-1, r.m.start) // in a gap or the batch before
+	}
+	return b.NextOffset()
+}
+
+// truncate runs TruncateTo(off) and updates the model by the contract:
+// every batch ending at or after off goes; the log then ends where the
+// last batch kept ends. When that batch is wholly below the log start
+// (its segment may have been deleted) or there is none, the end may be
+// anywhere from there up to the base of the first batch removed.
+func (r *opsRunner) truncate(off int64) {
+	err := r.l.TruncateTo(off)
+	if off < r.m.start {
+		require.ErrorIs(r.t, err, ErrOffsetOutOfRange)
+		return
+	}
+	require.NoError(r.t, err)
+	if off >= r.m.end {
+		return
+	}
+	keep := 0
+	for keep < len(r.m.batches) && Batch(r.m.batches[keep]).LastOffset() < off {
+		keep++
+	}
+	firstGone := Batch(r.m.batches[keep]).BaseOffset()
+	end := r.l.LogEndOffset()
+	switch {
+	case keep > 0 && Batch(r.m.batches[keep-1]).NextOffset() > r.m.start:
+		require.Equal(r.t, Batch(r.m.batches[keep-1]).NextOffset(), end, "log end after TruncateTo(%d)", off)
+	default:
+		low := int64(0)
+		if keep > 0 {
+			low = Batch(r.m.batches[keep-1]).NextOffset()
+		}
+		require.True(r.t, low <= end && end <= min(firstGone, off),
+			"log end %d after TruncateTo(%d) outside [%d, %d]", end, off, low, min(firstGone, off))
+	}
+	r.m.batches = r.m.batches[:keep]
+	r.m.end = end
+	r.m.start = min(r.m.start, end)
+	r.m.truncateEpochsFromEnd(end)
+}
+
+func (m *opsModel) add(b Batch) {
+	m.batches = append(m.batches, slices.Clone(b))
+	m.assignEpoch(b.LeaderEpoch(), b.BaseOffset())
+	m.end = b.NextOffset()
+}
+
+// assignEpoch is Kafka's LeaderEpochFileCache.assign: entries starting at
+// or after offset hold no batch and go; a newer epoch is added.
+func (m *opsModel) assignEpoch(epoch int32, offset int64) {
+	if n := len(m.epochs); n > 0 && (epoch < m.epochs[n-1].Epoch && m.epochs[n-1].StartOffset < offset ||
+		epoch == m.epochs[n-1].Epoch && m.epochs[n-1].StartOffset <= offset) {
+		return
+	}
+	m.truncateEpochsFromEnd(offset)
+	if n := len(m.epochs); n == 0 || m.epochs[n-1].Epoch < epoch {
+		m.epochs = append(m.epochs, EpochEntry{Epoch: epoch, StartOffset: offset})
+	}
+}
+
+func (m *opsModel) truncateEpochsFromEnd(end int64) {
+	for len(m.epochs) > 0 && m.epochs[len(m.epochs)-1].StartOffset >= end {
+		m.epochs = m.epochs[:len(m.epochs)-1]
+	}
+}
+
+// deleteBefore moves the start to off; the epochs that started below it
+// collapse into the latest of them, starting at off.
+func (m *opsModel) deleteBefore(off int64) {
+	m.start = off
+	i := 0
+	for i < len(m.epochs) && m.epochs[i].StartOffset <= off {
+		i++
+	}
+	if i > 0 {
+		m.epochs = append([]EpochEntry{{Epoch: m.epochs[i-1].Epoch, StartOffset: off}}, m.epochs[i:]...)
+	}
+}
+
+// check compares the log with the model.
+func (r *opsRunner) check() {
+	t, l, m := r.t, r.l, &r.m
+	require.Equal(t, m.start, l.LogStartOffset(), "log start offset")
+	require.Equal(t, m.end, l.LogEndOffset(), "log end offset")
+	want := m.epochs
+	if want == nil {
+		want = []EpochEntry{}
+	}
+	got := l.LeaderEpochs()
+	if got == nil {
+		got = []EpochEntry{}
+	}
+	require.Equal(t, want, got, "leader epochs")
+	live := m.live()
+	r.requireBatches(live, r.readFrom(m.start, -1), "batches from the log start %d", m.start)
+	// From inside batches and gaps: the first batch ending at or after
+	// the offset comes first.
+	for _, b := range live {
+		for _, off := range []int64{Batch(b).LastOffset(), Batch(b).BaseOffset() - 1} {
+			if off < m.start {
+				continue
+			}
+			i := 0
+			for Batch(live[i]).LastOffset() < off {
+				i++
+			}
+			r.requireBatches(live[i:i+1], r.readFrom(off, 1), "read at offset %d", off)
+		}
+	}
+	if m.start > 0 {
+		_, err := l.Read(nil, m.start-1, ReadOptions{MaxBytes: 1 << 10})
+		require.ErrorIs(t, err, ErrOffsetOutOfRange, "read below the log start")
+	}
+	_, err := l.Read(nil, m.end+1, ReadOptions{MaxBytes: 1 << 10})
+	require.True(t, errors.Is(err, ErrOffsetOutOfRange), "read past the log end: %v", err)
+}
+
+// requireBatches fails unless got holds the batches of want, byte for
+// byte; it names them by offsets rather than dumping them.
+func (r *opsRunner) requireBatches(want, got [][]byte, msg string, args ...any) {
+	r.t.Helper()
+	describe := func(bs [][]byte) []string {
+		out := []string{}
+		for _, b := range bs {
+			out = append(out, fmt.Sprintf("[%d,%d] %d bytes", Batch(b).BaseOffset(), Batch(b).LastOffset(), len(b)))
+		}
+		return out
+	}
+	require.Equal(r.t, describe(want), describe(got), append([]any{msg}, args...)...)
+	for i := range want {
+		require.True(r.t, bytes.Equal(want[i], got[i]), append([]any{msg + ": batch %d differs"}, append(args, i)...)...)
+	}
+}
+
+// readFrom reads whole batches from off to the log end, or only the first
+// limit of them when limit >= 0, each as a copy.
+func (r *opsRunner) readFrom(off int64, limit int) [][]byte {
+	out := [][]byte{}
+	end := r.l.LogEndOffset()
+	for off < end && (limit < 0 || len(out) < limit) {
+		buf, err := r.l.Read(nil, off, ReadOptions{MaxBytes: 600})
+		require.NoError(r.t, err, "read at %d", off)
+		if len(buf) == 0 {
+			require.Fail(r.t, fmt.Sprintf("nothing read at offset %d below the log end %d", off, end))
+		}
+		for rest := buf; len(rest) > 0 && (limit < 0 || len(out) < limit); {
+			b, more, err := SplitBatch(rest)
+			require.NoError(r.t, err)
+			out = append(out, slices.Clone([]byte(b)))
+			off = b.NextOffset()
+			rest = more
+		}
+	}
+	return out
+}
