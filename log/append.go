@@ -42,8 +42,9 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // it also waits for the fsync.
 //
 // As Kafka's leader does, every batch must hold at least one record and
-// have a last offset delta of record count - 1 (else ErrInvalidRecord),
-// and a compressed batch is decompressed (with a pooled
+// have a last offset delta of record count - 1 (else ErrInvalidRecord;
+// ErrCorrupt for an uncompressed batch, whose records are counted when it
+// is validated), and a compressed batch is decompressed (with a pooled
 // compression.Local, within compression's default decompressed-size
 // limit) and its records checked like an uncompressed batch's (ErrCorrupt
 // for a corrupt stream or records, ErrBatchTooLarge over the limit).

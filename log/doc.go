@@ -43,14 +43,19 @@
 //     directory entries of new segments. Concurrent callers share one
 //     fsync (group commit). Options.SyncEveryAppend, SyncEveryMessages and
 //     SyncInterval fsync automatically.
-//   - Rolling a segment never fsyncs on the append path: the old segment,
+//   - Rolling a segment does not fsync on the append path: the old segment,
 //     its index files and the directory are fsynced by the Log's background
 //     flusher, which then advances the recovery point (written atomically:
 //     temporary file, fsync, rename, fsync of the directory; at most once
 //     per Options.CheckpointInterval, a minute by default, the file lagging
-//     in between). This is the fix of KAFKA-9693/KAFKA-15046. Nor does a
-//     roll create a file: the flusher creates the next segment's file ahead
-//     of time (next-segment.log.tmp) and the roll renames it, because
+//     in between). This is the fix of KAFKA-9693/KAFKA-15046. The one
+//     exception is a follower append that leaves an offset gap between
+//     segments: it flushes the earlier segments and writes the recovery
+//     point before it returns, so that recovery never mistakes the gap for
+//     lost data. Nor does a roll normally create a file: the flusher
+//     creates the next segment's file ahead of time (next-segment.log.tmp,
+//     once the active segment is half full) and the roll renames it (only
+//     if none is ready does the roll create one), because
 //     creating a file can cost milliseconds of kernel CPU (ext4 without a
 //     journal scans recently freed inodes). The flusher also allocates the
 //     file's first Options.PreallocateBytes on disk (Linux fallocate,
@@ -148,7 +153,8 @@
 // <offset>.snapshot holds the idempotent-producer state as of offset (the
 // base offset of the segment rolled to, or the log end at Close). It is
 // written to a temporary file, fsynced and renamed by the background
-// flusher, never on the append path. Integers big-endian; the CRC-32C
+// flusher, not on the append path (except for a follower append that
+// leaves a gap between segments, and at Close). Integers big-endian; the CRC-32C
 // covers everything after it.
 //
 //	offset size  field

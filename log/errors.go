@@ -6,17 +6,23 @@ import "errors"
 // with context (file, offset); match them with errors.Is.
 var (
 	// ErrCorrupt reports bytes that are not a valid record batch, index or
-	// checkpoint: bad magic, CRC mismatch, impossible lengths or counts.
+	// checkpoint: bad magic, CRC mismatch, impossible lengths or counts
+	// (such as an uncompressed batch whose last offset delta is not its
+	// record count - 1), an unknown codec id.
 	ErrCorrupt = errors.New("replog/log: corrupt data")
 	// ErrInvalidRecord reports a batch that is well-formed but cannot be
-	// appended: wrong offsets for a follower append, lastOffsetDelta that
-	// does not match the record count, an unsupported codec.
+	// appended: offsets or leader epochs a follower append does not
+	// allow, a leader batch with no records or a compressed one whose last
+	// offset delta is not its record count - 1, a compressed stream using
+	// a feature package compression does not implement.
 	ErrInvalidRecord = errors.New("replog/log: invalid record batch")
 	// ErrBatchTooLarge reports a batch larger than Options.MaxBatchBytes or
 	// than a segment.
 	ErrBatchTooLarge = errors.New("replog/log: record batch too large")
-	// ErrOffsetOutOfRange reports a read or truncation outside
-	// [LogStartOffset, LogEndOffset].
+	// ErrOffsetOutOfRange reports an offset outside [LogStartOffset,
+	// LogEndOffset] given to a read or DeleteRecordsBefore, or below
+	// LogStartOffset given to TruncateTo (at or past the end, TruncateTo
+	// does nothing).
 	ErrOffsetOutOfRange = errors.New("replog/log: offset out of range")
 	// ErrClosed reports a call on a closed Log or Reader.
 	ErrClosed = errors.New("replog/log: closed")

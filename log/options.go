@@ -31,8 +31,9 @@ const (
 type Options struct {
 	// SegmentBytes is the size at which a segment is rolled.
 	SegmentBytes int64
-	// SegmentAge rolls a non-empty active segment this long after it was
-	// created; negative disables age-based rolling.
+	// SegmentAge rolls a non-empty active segment at the first append
+	// this long after it was created (for the segment active at Open,
+	// after the Open); negative disables age-based rolling.
 	SegmentAge time.Duration
 	// SegmentJitter subtracts a random duration in [0, SegmentJitter) from
 	// SegmentAge, chosen once per segment, so that many logs do not roll
@@ -53,7 +54,8 @@ type Options struct {
 	// fsynced (sharing fsyncs with concurrent appenders).
 	SyncEveryAppend bool
 	// SyncEveryMessages fsyncs after this many records were appended since
-	// the last fsync (0: off). The append that crosses it waits for it.
+	// the last fsync it made (0: off); other fsyncs do not restart its
+	// count. The append that crosses it waits for it.
 	SyncEveryMessages int
 	// SyncInterval fsyncs in the background this often (0: off).
 	SyncInterval time.Duration

@@ -20,7 +20,10 @@ type Stats struct {
 	Records       int64
 	Rolls         int64
 	Syncs         int64 // Sync calls that ran fsyncs
-	Fsyncs        int64 // fsync calls of any kind
+	// Fsyncs counts fsyncs of segment data (by Sync, the SyncEvery
+	// options and roll flushes) and of the directory; those of index,
+	// snapshot and checkpoint files and of truncations are not counted.
+	Fsyncs int64
 	// BackgroundFlushes counts roll flushes done by the background flusher,
 	// and BackgroundFlushTime the time they took.
 	BackgroundFlushes   int64

@@ -13,8 +13,9 @@
 //
 // Entries are kept in the order in which they were added or last moved to
 // the end. UpdateAndMoveToEnd and MoveToEnd move an entry to the end (the
-// former adds it there when absent); Update changes a value in place; Remove
-// deletes; Replace sets the whole content in a given order.
+// former adds it there when absent); Update changes a value in place (and
+// adds an absent key at the end); Remove deletes; Replace sets the whole
+// content in a given order.
 //
 // # Cost and memory
 //
