@@ -31,6 +31,9 @@ func FuzzLogOps(f *testing.F) {
 			opsTruncate, 0x02, opsCrash, 0, opsLeaderAppend, 2},
 		{opsLeaderAppend, 2, opsBeginEpoch, 0, opsTruncateFully, 0x13, opsFollowerAppend, 0x45,
 			opsReopen, 0, opsTruncate, 0x01},
+		// Idempotent producers retrying across truncation and a crash.
+		{opsProduce, 0, opsProduce, 1, opsProduce, 4, opsRetry, 0, opsProduce, 0, opsTruncate, 0x05,
+			opsRetry, 0, opsCrash, 0, opsRetry, 1, opsRetry, 4, opsProduce, 1},
 	} {
 		f.Add(seed)
 	}
@@ -60,6 +63,8 @@ const (
 	opsReopen
 	opsCrash
 	opsRetention
+	opsProduce
+	opsRetry
 	opsCount
 )
 
@@ -139,7 +144,67 @@ func (r *opsRunner) step() {
 		r.m.truncateEpochsFromEnd(r.m.end)
 	case opsRetention:
 		r.retention()
+	case opsProduce:
+		r.produce(int64(1+p%3), 1+int(p>>2)%3)
+	case opsRetry:
+		r.retry(int64(1+p%3), int(p>>2)%5)
 	}
+}
+
+// produce appends a batch of records from idempotent producer pid, epoch
+// 0, with the sequence after its last batch in the model: the log accepts
+// it whether it still has that batch in its producer state or, having
+// dropped the producer (its batches fell below the log start), none.
+func (r *opsRunner) produce(pid int64, records int) {
+	seq := int32(0)
+	if last := r.m.producerBatches(pid, false); len(last) > 0 {
+		seq = Batch(last[len(last)-1]).LastSequence() + 1
+	}
+	r.n++
+	bb := NewBatchBuilder()
+	bb.Reset(BatchOptions{ProducerID: pid, ProducerEpoch: 0, BaseSequence: seq})
+	for i := range records {
+		bb.Add(int64(1_000_000+r.n*10+i), fmt.Appendf(nil, "p%d-%d", pid, r.n), fmt.Appendf(nil, "v%d", i))
+	}
+	b, err := bb.Build(nil)
+	require.NoError(r.t, err)
+	info, err := r.l.AppendAsLeader(b, r.m.epoch)
+	require.NoError(r.t, err)
+	require.False(r.t, info.Duplicate, "a new sequence taken for a retry")
+	require.Equal(r.t, r.m.end, info.FirstOffset)
+	r.m.add(Batch(b))
+}
+
+// retry appends again the k-th last batch of producer pid, as a producer
+// retrying it does, if it and every later batch of pid are at or after
+// the log start: the log must keep them in its producer state (the last
+// 5 batches of each producer) and answer with the original offsets,
+// appending nothing.
+func (r *opsRunner) retry(pid int64, k int) {
+	live := r.m.producerBatches(pid, true) // a suffix of pid's batches
+	if k >= len(live) {
+		return
+	}
+	orig := Batch(live[len(live)-1-k])
+	again := slices.Clone([]byte(orig))
+	Batch(again).setBaseOffset(0)
+	info, err := r.l.AppendAsLeader(again, r.m.epoch+1)
+	require.NoError(r.t, err)
+	require.True(r.t, info.Duplicate, "retry of producer %d's batch [%d, %d]", pid, orig.BaseOffset(), orig.LastOffset())
+	require.Equal(r.t, orig.BaseOffset(), info.FirstOffset, "retry's first offset")
+	require.Equal(r.t, orig.LastOffset(), info.LastOffset, "retry's last offset")
+}
+
+// producerBatches returns producer pid's batches in the model, only those
+// at or after the log start if live.
+func (m *opsModel) producerBatches(pid int64, live bool) [][]byte {
+	var out [][]byte
+	for _, b := range m.batches {
+		if Batch(b).ProducerID() == pid && (!live || Batch(b).LastOffset() >= m.start) {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // retention runs ApplyRetention: the log may then start at the base of a
