@@ -91,8 +91,10 @@
 //     (outside the CRC) of the last whole batch even keeps that batch, at
 //     offsets it never had, since a follower's offsets may leap; in a log
 //     whose offsets do leap, so does any flip that keeps the offsets
-//     growing (FuzzRecovery).
-//     Options.MaxBatchBytes limits appends only: recovery and Readers
+//     growing (FuzzRecovery). An empty last segment after a follower's
+//     gap, left by a roll whose append was lost, is removed, so that the
+//     log ends at its last batch (as it does after TruncateTo) rather than
+//     claiming the gap. Options.MaxBatchBytes limits appends only: recovery and Readers
 //     accept any batch that fits in its segment file and matches its
 //     CRC. Missing or invalid index files of other segments are rebuilt
 //     when first used. What a reader sees after recovery is a prefix of

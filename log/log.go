@@ -2,6 +2,7 @@ package log
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -91,7 +92,32 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("replog/log: open %s: %w", dir, err)
 	}
 	startFlusher(l) // sets l.bg
+	if err := l.endAtLastBatch(); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("replog/log: open %s: %w", dir, err)
+	}
 	return l, nil
+}
+
+// endAtLastBatch removes an empty last segment that a follower's gap
+// separates from the segment before it, as a roll to it leaves when the
+// append that rolled is lost (a crash before its data was written or
+// synced, a failed write): the log then ends where its last batch does,
+// as after TruncateTo, instead of claiming the gap, in which readers
+// would find nothing below the log end.
+func (l *Log) endAtLastBatch() error {
+	segs := l.segments()
+	act := segs[len(segs)-1]
+	if len(segs) < 2 || act.size.Load() > 0 || act.base <= l.logStart.Load() {
+		return nil
+	}
+	var hdr [BatchHeaderSize]byte
+	_, prevEnd, _, err := segs[len(segs)-2].findAfter(math.MaxInt64, l.opts.MaxBatchBytes, &hdr, true)
+	if err != nil || prevEnd >= act.base {
+		return err
+	}
+	l.opts.Logger.Info("replog/log: removing an empty last segment after a gap", "dir", l.dir, "segment", act.base, "logEnd", prevEnd)
+	return l.TruncateTo(act.base - 1)
 }
 
 // Dir is the log's directory.

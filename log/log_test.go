@@ -477,6 +477,34 @@ func TestTruncateToAGapBetweenSegments(t *testing.T) {
 	}
 }
 
+// TestOpenEndsAtLastBatchAfterAGap: a power loss keeps a follower's roll
+// to a segment after a gap (made durable at once) but not the append's
+// unsynced batch; Open removes the empty segment, so the log ends where
+// its last batch does rather than claiming the gap, and replication goes
+// on from there.
+func TestOpenEndsAtLastBatchAfterAGap(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	l := openLog(t, "/log", opts)
+	first := followerBatch(t, 0, 3, 1)
+	_, err := l.AppendAsFollower(first)
+	require.NoError(t, err)
+	require.NoError(t, l.Sync())
+	base := int64(1<<31 + 10)
+	_, err = l.AppendAsFollower(followerBatch(t, base, 3, 1))
+	require.NoError(t, err)
+	opts.FS = fs.CrashClone(vfs.CrashOptions{}) // only synced data
+	require.NoError(t, l.Close())
+	l = openLog(t, "/log", opts)
+	require.Equal(t, int64(3), l.LogEndOffset())
+	require.Equal(t, 1, l.Stats().Segments)
+	require.Equal(t, [][]byte{first}, readAllBatches(t, l))
+	again := followerBatch(t, base, 3, 1)
+	_, err = l.AppendAsFollower(again)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{first, again}, readAllBatches(t, l))
+}
+
 // TestFollowerLeapIntoAnEmptyLog: a follower's first batch too far past
 // an empty log's start for its segment replaces the segment, and the log
 // start moves up to it at once, as a reopen finds it.

@@ -146,6 +146,11 @@ func (r *Reader) tryNext() (Batch, error) {
 				continue
 			}
 			if len(r.batch) == 0 {
+				// No batch from r.next to the log's end, which a follower's
+				// gap at the tail would leave (Open removes such tails):
+				// wait for the log to grow past end, not past r.next,
+				// which it already has, so that Next does not spin.
+				r.wait = end
 				return nil, nil
 			}
 		}

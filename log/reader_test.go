@@ -815,3 +815,42 @@ func TestReaderSequentialReadsDoNotAllocate(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(5, region), "Log.ReadRegion")
 	require.Zero(t, testing.AllocsPerRun(5, reader), "Reader")
 }
+
+// TestReaderWaitsInATailGap: should a log end in a follower's gap (Open
+// removes such tails, so the test makes one by hand), a Reader inside it
+// waits for the next batch instead of spinning past its context.
+func TestReaderWaitsInATailGap(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	_, err := l.AppendAsFollower(followerBatch(t, 0, 3, 1))
+	require.NoError(t, err)
+	const gapEnd = 100
+	l.mu.Lock()
+	require.NoError(t, l.roll(gapEnd))
+	l.leo.Store(gapEnd)
+	l.mu.Unlock()
+
+	r := l.NewReader(3, ReaderOptions{})
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := r.Next(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Next in a tail gap did not return when its context ended")
+	}
+	next := followerBatch(t, gapEnd, 2, 1)
+	_, err = l.AppendAsFollower(next)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := r.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, next, []byte(b))
+}
