@@ -15,8 +15,9 @@ import (
 // FuzzLogOps runs a sequence of operations decoded from the input on a
 // Log with small segments (leader and follower appends, with offset leaps
 // of up to 2^31 as a follower's may have, leader epochs, TruncateTo,
-// DeleteRecordsBefore, TruncateFullyAndStartAt, retention, Close and
-// reopen, a process crash and reopen) and checks the log against a model
+// DeleteRecordsBefore, TruncateFullyAndStartAt, retention, idempotent
+// producers and their retries, Sync, Close and reopen, a process crash or
+// a power loss and reopen) and checks the log against a model
 // after each one: start and end offsets, the leader epochs, and every
 // batch read back byte for byte, whole and from offsets inside batches
 // and gaps. testdata/fuzz/FuzzLogOps holds the inputs that found two
@@ -31,6 +32,10 @@ func FuzzLogOps(f *testing.F) {
 			opsTruncate, 0x02, opsCrash, 0, opsLeaderAppend, 2},
 		{opsLeaderAppend, 2, opsBeginEpoch, 0, opsTruncateFully, 0x13, opsFollowerAppend, 0x45,
 			opsReopen, 0, opsTruncate, 0x01},
+		// Power losses after a sync, a truncation and a full truncation.
+		{opsLeaderAppend, 2, opsProduce, 1, opsSync, 0, opsLeaderAppend, 1, opsPowerLoss, 0x1f,
+			opsTruncate, 0x01, opsFollowerAppend, 0x12, opsPowerLoss, 0x02, opsTruncateFully, 0x02,
+			opsLeaderAppend, 0, opsPowerLoss, 0x0c, opsRetry, 1},
 		// Idempotent producers retrying across truncation and a crash.
 		{opsProduce, 0, opsProduce, 1, opsProduce, 4, opsRetry, 0, opsProduce, 0, opsTruncate, 0x05,
 			opsRetry, 0, opsCrash, 0, opsRetry, 1, opsRetry, 4, opsProduce, 1},
@@ -65,6 +70,8 @@ const (
 	opsRetention
 	opsProduce
 	opsRetry
+	opsSync
+	opsPowerLoss
 	opsCount
 )
 
@@ -76,6 +83,10 @@ type opsModel struct {
 	start, end int64
 	epoch      int32 // the epoch the next appends carry
 	epochs     []EpochEntry
+	// durable is how many of batches a power loss must keep (Sync,
+	// Close), durableStart the least log start offset it may leave.
+	durable      int
+	durableStart int64
 }
 
 type opsRunner struct {
@@ -125,6 +136,7 @@ func (r *opsRunner) step() {
 		off := r.pickOffset(p)
 		require.NoError(r.t, r.l.DeleteRecordsBefore(off))
 		r.m.deleteBefore(off)
+		r.m.durableStart = off
 	case opsTruncateFully:
 		off := r.m.end + int64(p%4)*100 - 100
 		if off < 0 {
@@ -133,8 +145,10 @@ func (r *opsRunner) step() {
 		require.NoError(r.t, r.l.TruncateFullyAndStartAt(off))
 		r.m.batches, r.m.epochs = nil, nil
 		r.m.start, r.m.end = off, off
+		r.m.durable, r.m.durableStart = 0, off
 	case opsReopen:
 		require.NoError(r.t, r.l.Close())
+		r.m.durable = len(r.m.batches)
 		r.open(r.fs)
 		r.m.truncateEpochsFromEnd(r.m.end) // an epoch with no batch yet is not kept
 	case opsCrash:
@@ -148,7 +162,55 @@ func (r *opsRunner) step() {
 		r.produce(int64(1+p%3), 1+int(p>>2)%3)
 	case opsRetry:
 		r.retry(int64(1+p%3), int(p>>2)%5)
+	case opsSync:
+		require.NoError(r.t, r.l.Sync())
+		r.m.durable = len(r.m.batches)
+	case opsPowerLoss:
+		r.powerLoss(p)
 	}
+}
+
+// powerLoss reopens the log on what a power loss would leave of its files
+// now, keeping some unsynced changes as p says. Open must succeed, and
+// the log must hold a prefix of the model's batches, at least the synced
+// ones, from a start no lower than the last durable one.
+func (r *opsRunner) powerLoss(p byte) {
+	image := r.fs.CrashClone(vfs.CrashOptions{
+		Seed:         int64(p),
+		KeepUnsynced: float64(p&3) / 3,
+		ZeroSectors:  0.3 * float64(p>>2&1),
+		KeepDirOps:   float64(p >> 3 & 1),
+		DirOpsPrefix: 0.5 * float64(p>>4&1),
+	})
+	require.NoError(r.t, r.l.Close())
+	r.open(image)
+	start, end := r.l.LogStartOffset(), r.l.LogEndOffset()
+	require.True(r.t, r.m.durableStart <= start && start <= r.m.start,
+		"log start %d after a power loss outside [%d, %d]", start, r.m.durableStart, r.m.start)
+	i := 0
+	for i < len(r.m.batches) && Batch(r.m.batches[i]).LastOffset() < start {
+		i++
+	}
+	got := r.readFrom(start, -1)
+	require.LessOrEqual(r.t, i+len(got), len(r.m.batches), "more batches after a power loss than appended")
+	r.requireBatches(r.m.batches[i:i+len(got)], got, "batches after a power loss")
+	k := i + len(got)
+	require.GreaterOrEqual(r.t, k, r.m.durable, "a power loss lost synced batches")
+	if len(got) > 0 {
+		require.Equal(r.t, Batch(got[len(got)-1]).NextOffset(), end, "log end after a power loss")
+	} else {
+		limit := r.m.end
+		if i < len(r.m.batches) {
+			// Where the first lost batch was, or the start if it began
+			// below it (the log restarts empty at the start).
+			limit = max(Batch(r.m.batches[i]).BaseOffset(), start)
+		}
+		require.True(r.t, start <= end && end <= limit, "log end %d after a power loss outside [%d, %d]", end, start, limit)
+	}
+	r.m.batches, r.m.start, r.m.end = r.m.batches[:k], start, end
+	r.m.durable, r.m.durableStart = k, start
+	r.m.truncateEpochsFromEnd(end)
+	r.m.truncateEpochsFromStart(start)
 }
 
 // produce appends a batch of records from idempotent producer pid, epoch
@@ -332,6 +394,8 @@ func (r *opsRunner) truncate(off int64) {
 	r.m.batches = r.m.batches[:keep]
 	r.m.end = end
 	r.m.start = min(r.m.start, end)
+	r.m.durable = min(r.m.durable, keep)
+	r.m.durableStart = min(r.m.durableStart, r.m.start)
 	r.m.truncateEpochsFromEnd(end)
 }
 
@@ -364,6 +428,10 @@ func (m *opsModel) truncateEpochsFromEnd(end int64) {
 // collapse into the latest of them, starting at off.
 func (m *opsModel) deleteBefore(off int64) {
 	m.start = off
+	m.truncateEpochsFromStart(off)
+}
+
+func (m *opsModel) truncateEpochsFromStart(off int64) {
 	i := 0
 	for i < len(m.epochs) && m.epochs[i].StartOffset <= off {
 		i++
