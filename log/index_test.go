@@ -518,3 +518,38 @@ func TestCorruptIndexConcurrentRebuild(t *testing.T) {
 		require.Equal(t, orig[s.base], got, "segment %d: the index rebuilt once, in order", s.base)
 	}
 }
+
+// TestOffsetForTimestampInRecoveredSmallSegment: recovery rebuilds the
+// indexes of a sealed segment smaller than the index interval; its time
+// index must still end with the segment's newest timestamp, which is what
+// OffsetForTimestamp reads for a sealed segment after the next reopen.
+func TestOffsetForTimestampInRecoveredSmallSegment(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	first := buildBatch(t, 2, 10, 1000)
+	opts.SegmentBytes = int64(len(first)) + 1 // the second append rolls
+	opts.IndexIntervalBytes = 4096
+	l := openLog(t, "/log", opts)
+	_, err := l.Append(first)
+	require.NoError(t, err)
+	_, err = l.Append(buildBatch(t, 2, 10, 2000))
+	require.NoError(t, err)
+	image := crashCopy(t, fs)
+	require.NoError(t, l.Close())
+	// As if the crash came before the roll flush checkpointed a recovery
+	// point (the file may not be written yet): recovery scans both
+	// segments.
+	_ = image.Remove("/log/" + recoveryPointFile)
+	opts.FS = image
+	l = openLog(t, "/log", opts)
+	require.Equal(t, 2, l.Stats().RecoveredSegments)
+	require.NoError(t, l.Close())
+	l = openLog(t, "/log", opts)
+	require.Equal(t, 2, l.Stats().Segments)
+	for ts, want := range map[int64]int64{0: 0, 1001: 1, 1500: 2, 2001: 3} {
+		off, ok, err := l.OffsetForTimestamp(ts)
+		require.NoError(t, err)
+		require.True(t, ok, "timestamp %d", ts)
+		require.Equal(t, want, off, "timestamp %d", ts)
+	}
+}

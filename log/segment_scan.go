@@ -161,6 +161,13 @@ func (s *segment) rebuild(maxBatch int) rebuildResult {
 	s.timeIdx.reset()
 	next, maxTS, relOfMaxTS, since := s.base, NoTimestamp, int32(0), 0
 	publish := func() {
+		// The newest timestamp gets an entry, as a roll gives the segment
+		// it seals: readers of a sealed segment learn its max timestamp
+		// from its time index's last entry, and a segment smaller than
+		// the index interval would otherwise have none.
+		if maxTS != NoTimestamp {
+			s.timeIdx.maybeAppend(maxTS, relOfMaxTS)
+		}
 		s.sinceIndex, s.relOfMaxTS = since, relOfMaxTS
 		s.maxTS.Store(maxTS)
 		s.next.Store(next)
