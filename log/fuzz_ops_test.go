@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -471,6 +472,11 @@ func (r *opsRunner) check() {
 			r.requireBatches(live[i:i+1], r.readFrom(off, 1), "read at offset %d", off)
 		}
 	}
+	r.checkRegion(m.start)
+	if len(live) > 0 {
+		r.checkRegion(Batch(live[len(live)/2]).LastOffset())
+	}
+	r.checkTimestamps(live)
 	if m.start > 0 {
 		_, err := l.Read(nil, m.start-1, ReadOptions{MaxBytes: 1 << 10})
 		require.ErrorIs(t, err, ErrOffsetOutOfRange, "read below the log start")
@@ -493,6 +499,60 @@ func (r *opsRunner) requireBatches(want, got [][]byte, msg string, args ...any) 
 	require.Equal(r.t, describe(want), describe(got), append([]any{msg}, args...)...)
 	for i := range want {
 		require.True(r.t, bytes.Equal(want[i], got[i]), append([]any{msg + ": batch %d differs"}, append(args, i)...)...)
+	}
+}
+
+// checkRegion compares ReadRegion at off with Read: the same bytes.
+func (r *opsRunner) checkRegion(off int64) {
+	o := ReadOptions{MaxBytes: 600}
+	want, err := r.l.Read(nil, off, o)
+	require.NoError(r.t, err)
+	reg, err := r.l.ReadRegion(off, o)
+	require.NoError(r.t, err)
+	require.Equal(r.t, int64(len(want)), reg.Length, "ReadRegion(%d) length", off)
+	if len(want) == 0 {
+		return
+	}
+	got := make([]byte, reg.Length)
+	_, err = reg.File.ReadAt(got, reg.Position)
+	require.NoError(r.t, err)
+	require.True(r.t, bytes.Equal(want, got), "ReadRegion(%d) bytes differ from Read's", off)
+	first, _, _ := SplitBatch(want)
+	require.Equal(r.t, first.BaseOffset(), reg.FirstOffset, "ReadRegion(%d) first offset", off)
+	require.Equal(r.t, lastBatchOf(want).NextOffset(), reg.NextOffset, "ReadRegion(%d) next offset", off)
+}
+
+// checkTimestamps asks OffsetForTimestamp for a few timestamps: the
+// answer is the first record at or after the log start whose timestamp
+// is at least that.
+func (r *opsRunner) checkTimestamps(live [][]byte) {
+	type rec struct{ off, ts int64 }
+	var recs []rec
+	for _, b := range live {
+		it := Batch(b).Records()
+		for it.Next() {
+			if x := it.Record(); x.Offset >= r.m.start {
+				recs = append(recs, rec{x.Offset, x.Timestamp})
+			}
+		}
+		require.NoError(r.t, it.Err())
+	}
+	targets := []int64{0, math.MaxInt64}
+	if len(recs) > 0 {
+		targets = append(targets, recs[0].ts, recs[len(recs)/2].ts, recs[len(recs)-1].ts+1)
+	}
+	for _, ts := range targets {
+		want, wantOK := int64(0), false
+		for _, x := range recs {
+			if x.ts >= ts {
+				want, wantOK = x.off, true
+				break
+			}
+		}
+		got, ok, err := r.l.OffsetForTimestamp(ts)
+		require.NoError(r.t, err)
+		require.Equal(r.t, wantOK, ok, "OffsetForTimestamp(%d) found", ts)
+		require.Equal(r.t, want, got, "OffsetForTimestamp(%d)", ts)
 	}
 }
 
