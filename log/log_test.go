@@ -69,6 +69,13 @@ func concat(bs ...[]byte) []byte {
 // closed. Call it while the Log is open.
 func crashCopy(t *testing.T, fs vfs.FS) *vfs.MemFS {
 	t.Helper()
+	if m, ok := fs.(*vfs.MemFS); ok {
+		// A consistent snapshot first: the flusher may be writing while
+		// the files are copied one by one, which would mix states that no
+		// crash leaves (an index read before its write, the checkpoint
+		// that follows it read after).
+		fs = m.CrashClone(vfs.CrashOptions{Kill: true})
+	}
 	dst := vfs.NewMem()
 	require.NoError(t, dst.MkdirAll("/log", 0o755))
 	require.NoError(t, dst.SyncDir("/"))
