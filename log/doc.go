@@ -94,11 +94,12 @@
 //     growing (FuzzRecovery). An empty last segment after a follower's
 //     gap, left by a roll whose append was lost, is removed, so that the
 //     log ends at its last batch (as it does after TruncateTo) rather than
-//     claiming the gap. Options.MaxBatchBytes limits appends only: recovery and Readers
-//     accept any batch that fits in its segment file and matches its
-//     CRC. Missing or invalid index files of other segments are rebuilt
-//     when first used. What a reader sees after recovery is a prefix of
-//     what was appended and contains everything that was synced.
+//     claiming the gap. Options.MaxBatchBytes limits appends only:
+//     recovery and Readers accept any batch that fits in its segment file
+//     and matches its CRC. Missing or invalid index files of other
+//     segments are rebuilt when first used. What a reader sees after
+//     recovery is a prefix of what was appended and contains everything
+//     that was synced.
 //   - Read checks each batch's framing, header fields and offsets; like
 //     Kafka's broker it leaves the CRC, verified when the batch was
 //     appended or recovered, to the consumer (Options.VerifyReadCRC
@@ -156,8 +157,8 @@
 // base offset of the segment rolled to, or the log end at Close). It is
 // written to a temporary file, fsynced and renamed by the background
 // flusher, not on the append path (except for a follower append that
-// leaves a gap between segments, and at Close). Integers big-endian; the CRC-32C
-// covers everything after it.
+// leaves a gap between segments, and at Close). Integers big-endian; the
+// CRC-32C covers everything after it.
 //
 //	offset size  field
 //	     0    2  version (1)

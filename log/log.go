@@ -2,7 +2,6 @@ package log
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -111,8 +110,7 @@ func (l *Log) endAtLastBatch() error {
 	if len(segs) < 2 || act.size.Load() > 0 || act.base <= l.logStart.Load() {
 		return nil
 	}
-	var hdr [BatchHeaderSize]byte
-	_, prevEnd, _, err := segs[len(segs)-2].findAfter(math.MaxInt64, l.opts.MaxBatchBytes, &hdr, true)
+	prevEnd, err := segs[len(segs)-2].dataEnd(l.opts.MaxBatchBytes)
 	if err != nil || prevEnd >= act.base {
 		return err
 	}

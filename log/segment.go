@@ -286,6 +286,15 @@ func (s *segment) findAfter(offset int64, maxBatch int, hdr *[BatchHeaderSize]by
 	return 0, prevNext, false, nil
 }
 
+// dataEnd is where the segment's last batch ends, read from its data: a
+// sealed segment not yet scanned has the next segment's base as its next
+// offset, which a follower's gap may lie before.
+func (s *segment) dataEnd(maxBatch int) (int64, error) {
+	var hdr [BatchHeaderSize]byte
+	_, end, _, err := s.findAfter(math.MaxInt64, maxBatch, &hdr, true)
+	return end, err
+}
+
 // close closes the segment's file.
 func (s *segment) close() error { return s.file.Close() }
 

@@ -2,7 +2,6 @@ package log
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -46,7 +45,7 @@ func (l *Log) TruncateTo(offset int64) error {
 		// The first batch removed starts a segment: if a gap lies before
 		// it, the whole segment goes, and the log ends where the one
 		// before it does.
-		_, prevEnd, _, err := segs[i-1].findAfter(math.MaxInt64, l.opts.MaxBatchBytes, &hdr, true)
+		prevEnd, err := segs[i-1].dataEnd(l.opts.MaxBatchBytes)
 		if err != nil {
 			return err
 		}
