@@ -1,10 +1,7 @@
 package log
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"testing"
 
@@ -75,20 +72,6 @@ const (
 	opsPowerLoss
 	opsCount
 )
-
-// opsModel is what the log should hold. batches are the batches appended
-// and not truncated, in order, as stored; those below start may or may
-// not still be on disk.
-type opsModel struct {
-	batches    [][]byte
-	start, end int64
-	epoch      int32 // the epoch the next appends carry
-	epochs     []EpochEntry
-	// durable is how many of batches a power loss must keep (Sync,
-	// Close), durableStart the least log start offset it may leave.
-	durable      int
-	durableStart int64
-}
 
 type opsRunner struct {
 	t  *testing.T
@@ -258,18 +241,6 @@ func (r *opsRunner) retry(pid int64, k int) {
 	require.Equal(r.t, orig.LastOffset(), info.LastOffset, "retry's last offset")
 }
 
-// producerBatches returns producer pid's batches in the model, only those
-// at or after the log start if live.
-func (m *opsModel) producerBatches(pid int64, live bool) [][]byte {
-	var out [][]byte
-	for _, b := range m.batches {
-		if Batch(b).ProducerID() == pid && (!live || Batch(b).LastOffset() >= m.start) {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
 // retention runs ApplyRetention: the log may then start at the base of a
 // later segment, which is the base of one of its batches.
 func (r *opsRunner) retention() {
@@ -330,17 +301,6 @@ func (r *opsRunner) followerAppend(p byte) {
 	}
 }
 
-// live returns the batches at or after the log start.
-func (m *opsModel) live() [][]byte {
-	out := [][]byte{}
-	for _, b := range m.batches {
-		if Batch(b).LastOffset() >= m.start {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
 // pickOffset picks an offset in [start, end]: a batch's base, an offset
 // inside a batch or a gap, or the end.
 func (r *opsRunner) pickOffset(p byte) int64 {
@@ -398,182 +358,4 @@ func (r *opsRunner) truncate(off int64) {
 	r.m.durable = min(r.m.durable, keep)
 	r.m.durableStart = min(r.m.durableStart, r.m.start)
 	r.m.truncateEpochsFromEnd(end)
-}
-
-func (m *opsModel) add(b Batch) {
-	m.batches = append(m.batches, slices.Clone(b))
-	m.assignEpoch(b.LeaderEpoch(), b.BaseOffset())
-	m.end = b.NextOffset()
-}
-
-// assignEpoch is Kafka's LeaderEpochFileCache.assign: entries starting at
-// or after offset hold no batch and go; a newer epoch is added.
-func (m *opsModel) assignEpoch(epoch int32, offset int64) {
-	if n := len(m.epochs); n > 0 && (epoch < m.epochs[n-1].Epoch && m.epochs[n-1].StartOffset < offset ||
-		epoch == m.epochs[n-1].Epoch && m.epochs[n-1].StartOffset <= offset) {
-		return
-	}
-	m.truncateEpochsFromEnd(offset)
-	if n := len(m.epochs); n == 0 || m.epochs[n-1].Epoch < epoch {
-		m.epochs = append(m.epochs, EpochEntry{Epoch: epoch, StartOffset: offset})
-	}
-}
-
-func (m *opsModel) truncateEpochsFromEnd(end int64) {
-	for len(m.epochs) > 0 && m.epochs[len(m.epochs)-1].StartOffset >= end {
-		m.epochs = m.epochs[:len(m.epochs)-1]
-	}
-}
-
-// deleteBefore moves the start to off; the epochs that started below it
-// collapse into the latest of them, starting at off.
-func (m *opsModel) deleteBefore(off int64) {
-	m.start = off
-	m.truncateEpochsFromStart(off)
-}
-
-func (m *opsModel) truncateEpochsFromStart(off int64) {
-	i := 0
-	for i < len(m.epochs) && m.epochs[i].StartOffset <= off {
-		i++
-	}
-	if i > 0 {
-		m.epochs = append([]EpochEntry{{Epoch: m.epochs[i-1].Epoch, StartOffset: off}}, m.epochs[i:]...)
-	}
-}
-
-// check compares the log with the model.
-func (r *opsRunner) check() {
-	t, l, m := r.t, r.l, &r.m
-	require.Equal(t, m.start, l.LogStartOffset(), "log start offset")
-	require.Equal(t, m.end, l.LogEndOffset(), "log end offset")
-	want := m.epochs
-	if want == nil {
-		want = []EpochEntry{}
-	}
-	got := l.LeaderEpochs()
-	if got == nil {
-		got = []EpochEntry{}
-	}
-	require.Equal(t, want, got, "leader epochs")
-	live := m.live()
-	r.requireBatches(live, r.readFrom(m.start, -1), "batches from the log start %d", m.start)
-	// From inside batches and gaps: the first batch ending at or after
-	// the offset comes first.
-	for _, b := range live {
-		for _, off := range []int64{Batch(b).LastOffset(), Batch(b).BaseOffset() - 1} {
-			if off < m.start {
-				continue
-			}
-			i := 0
-			for Batch(live[i]).LastOffset() < off {
-				i++
-			}
-			r.requireBatches(live[i:i+1], r.readFrom(off, 1), "read at offset %d", off)
-		}
-	}
-	r.checkRegion(m.start)
-	if len(live) > 0 {
-		r.checkRegion(Batch(live[len(live)/2]).LastOffset())
-	}
-	r.checkTimestamps(live)
-	if m.start > 0 {
-		_, err := l.Read(nil, m.start-1, ReadOptions{MaxBytes: 1 << 10})
-		require.ErrorIs(t, err, ErrOffsetOutOfRange, "read below the log start")
-	}
-	_, err := l.Read(nil, m.end+1, ReadOptions{MaxBytes: 1 << 10})
-	require.True(t, errors.Is(err, ErrOffsetOutOfRange), "read past the log end: %v", err)
-}
-
-// requireBatches fails unless got holds the batches of want, byte for
-// byte; it names them by offsets rather than dumping them.
-func (r *opsRunner) requireBatches(want, got [][]byte, msg string, args ...any) {
-	r.t.Helper()
-	describe := func(bs [][]byte) []string {
-		out := []string{}
-		for _, b := range bs {
-			out = append(out, fmt.Sprintf("[%d,%d] %d bytes", Batch(b).BaseOffset(), Batch(b).LastOffset(), len(b)))
-		}
-		return out
-	}
-	require.Equal(r.t, describe(want), describe(got), append([]any{msg}, args...)...)
-	for i := range want {
-		require.True(r.t, bytes.Equal(want[i], got[i]), append([]any{msg + ": batch %d differs"}, append(args, i)...)...)
-	}
-}
-
-// checkRegion compares ReadRegion at off with Read: the same bytes.
-func (r *opsRunner) checkRegion(off int64) {
-	o := ReadOptions{MaxBytes: 600}
-	want, err := r.l.Read(nil, off, o)
-	require.NoError(r.t, err)
-	reg, err := r.l.ReadRegion(off, o)
-	require.NoError(r.t, err)
-	require.Equal(r.t, int64(len(want)), reg.Length, "ReadRegion(%d) length", off)
-	if len(want) == 0 {
-		return
-	}
-	got := make([]byte, reg.Length)
-	_, err = reg.File.ReadAt(got, reg.Position)
-	require.NoError(r.t, err)
-	require.True(r.t, bytes.Equal(want, got), "ReadRegion(%d) bytes differ from Read's", off)
-	first, _, _ := SplitBatch(want)
-	require.Equal(r.t, first.BaseOffset(), reg.FirstOffset, "ReadRegion(%d) first offset", off)
-	require.Equal(r.t, lastBatchOf(want).NextOffset(), reg.NextOffset, "ReadRegion(%d) next offset", off)
-}
-
-// checkTimestamps asks OffsetForTimestamp for a few timestamps: the
-// answer is the first record at or after the log start whose timestamp
-// is at least that.
-func (r *opsRunner) checkTimestamps(live [][]byte) {
-	type rec struct{ off, ts int64 }
-	var recs []rec
-	for _, b := range live {
-		it := Batch(b).Records()
-		for it.Next() {
-			if x := it.Record(); x.Offset >= r.m.start {
-				recs = append(recs, rec{x.Offset, x.Timestamp})
-			}
-		}
-		require.NoError(r.t, it.Err())
-	}
-	targets := []int64{0, math.MaxInt64}
-	if len(recs) > 0 {
-		targets = append(targets, recs[0].ts, recs[len(recs)/2].ts, recs[len(recs)-1].ts+1)
-	}
-	for _, ts := range targets {
-		want, wantOK := int64(0), false
-		for _, x := range recs {
-			if x.ts >= ts {
-				want, wantOK = x.off, true
-				break
-			}
-		}
-		got, ok, err := r.l.OffsetForTimestamp(ts)
-		require.NoError(r.t, err)
-		require.Equal(r.t, wantOK, ok, "OffsetForTimestamp(%d) found", ts)
-		require.Equal(r.t, want, got, "OffsetForTimestamp(%d)", ts)
-	}
-}
-
-// readFrom reads whole batches from off to the log end, or only the first
-// limit of them when limit >= 0, each as a copy.
-func (r *opsRunner) readFrom(off int64, limit int) [][]byte {
-	out := [][]byte{}
-	end := r.l.LogEndOffset()
-	for off < end && (limit < 0 || len(out) < limit) {
-		buf, err := r.l.Read(nil, off, ReadOptions{MaxBytes: 600})
-		require.NoError(r.t, err, "read at %d", off)
-		if len(buf) == 0 {
-			require.Fail(r.t, fmt.Sprintf("nothing read at offset %d below the log end %d", off, end))
-		}
-		for rest := buf; len(rest) > 0 && (limit < 0 || len(out) < limit); {
-			b, more, err := SplitBatch(rest)
-			require.NoError(r.t, err)
-			out = append(out, slices.Clone([]byte(b)))
-			off = b.NextOffset()
-			rest = more
-		}
-	}
-	return out
 }
