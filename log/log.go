@@ -124,7 +124,11 @@ func (l *Log) Dir() string { return l.dir }
 // LogEndOffset is the offset the next appended record will get.
 func (l *Log) LogEndOffset() int64 { return l.leo.Load() }
 
-// LogStartOffset is the first offset that can be read.
+// LogStartOffset is the first offset that can be read. It is usually a
+// batch's base offset, but may lie below the first batch, in a gap a
+// follower's append left (as Kafka's does): after ApplyRetention it is
+// the base offset of the oldest segment kept, and a segment may begin
+// before its first batch. A read from it returns that first batch.
 func (l *Log) LogStartOffset() int64 { return l.logStart.Load() }
 
 // HighWatermark is the offset set by SetHighWatermark, never above the

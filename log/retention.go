@@ -35,7 +35,8 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 
 // ApplyRetention deletes the oldest segments that RetentionBytes or
 // RetentionAge no longer allow, never the active segment, and returns how
-// many it deleted. The background flusher calls it every
+// many it deleted. The log then starts at the base offset of the oldest
+// segment kept. The background flusher calls it every
 // RetentionCheckInterval when that is set.
 func (l *Log) ApplyRetention() (int, error) {
 	l.mu.Lock()
