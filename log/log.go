@@ -103,18 +103,24 @@ func Open(dir string, opts Options) (*Log, error) {
 // append that rolled is lost (a crash before its data was written or
 // synced, a failed write): the log then ends where its last batch does,
 // as after TruncateTo, instead of claiming the gap, in which readers
-// would find nothing below the log end.
+// would find nothing below the log end. If that batch lies below the log
+// start (DeleteRecordsBefore moved it into the gap), the log restarts
+// empty at its start instead: recovery never moves the start down.
 func (l *Log) endAtLastBatch() error {
 	segs := l.segments()
 	act := segs[len(segs)-1]
-	if len(segs) < 2 || act.size.Load() > 0 || act.base <= l.logStart.Load() {
+	start := l.logStart.Load()
+	if len(segs) < 2 || act.size.Load() > 0 || act.base <= start {
 		return nil
 	}
 	prevEnd, err := segs[len(segs)-2].dataEnd(l.opts.MaxBatchBytes)
 	if err != nil || prevEnd >= act.base {
 		return err
 	}
-	l.opts.Logger.Info("replog/log: removing an empty last segment after a gap", "dir", l.dir, "segment", act.base, "logEnd", prevEnd)
+	l.opts.Logger.Info("replog/log: removing an empty last segment after a gap", "dir", l.dir, "segment", act.base, "logEnd", max(prevEnd, start))
+	if prevEnd < start {
+		return l.TruncateFullyAndStartAt(start)
+	}
 	return l.TruncateTo(act.base - 1)
 }
 

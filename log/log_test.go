@@ -512,6 +512,36 @@ func TestOpenEndsAtLastBatchAfterAGap(t *testing.T) {
 	require.Equal(t, [][]byte{first, again}, readAllBatches(t, l))
 }
 
+// TestOpenAfterAGapKeepsTheLogStart: as above, but the log start was moved
+// into the gap by DeleteRecordsBefore, above every batch left: the
+// reopened log is empty at that start, which a crash never moves down.
+func TestOpenAfterAGapKeepsTheLogStart(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	fs, opts := memLog()
+	l := openLog(t, "/log", opts)
+	_, err := l.AppendAsFollower(followerBatch(t, 0, 3, 1))
+	require.NoError(t, err)
+	require.NoError(t, l.Sync())
+	base := int64(1<<31 + 10)
+	_, err = l.AppendAsFollower(followerBatch(t, base, 3, 1))
+	require.NoError(t, err)
+	require.NoError(t, l.DeleteRecordsBefore(base-1)) // durable
+	opts.FS = fs.CrashClone(vfs.CrashOptions{})       // the last batch was never synced
+	require.NoError(t, l.Close())
+	l = openLog(t, "/log", opts)
+	require.Equal(t, base-1, l.LogStartOffset())
+	require.Equal(t, base-1, l.LogEndOffset())
+	require.Empty(t, readAllBatches(t, l))
+	again := followerBatch(t, base, 3, 1)
+	_, err = l.AppendAsFollower(again)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{again}, readAllBatches(t, l))
+	require.NoError(t, l.Close())
+	l = openLog(t, "/log", opts)
+	require.Equal(t, base-1, l.LogStartOffset())
+	require.Equal(t, [][]byte{again}, readAllBatches(t, l))
+}
+
 // TestFollowerLeapIntoAnEmptyLog: a follower's first batch too far past
 // an empty log's start for its segment replaces the segment, and the log
 // start moves up to it at once, as a reopen finds it.
