@@ -64,6 +64,21 @@
 // than MinInsyncReplicas) and answers with whole batches. A follower that
 // has not caught up within ReplicaLagTime leaves the ISR.
 //
+// The log start follows the leader's, as in Kafka: records the leader
+// deleted (retention, or the application's DeleteRecordsBefore) are
+// deleted on a follower once its high watermark passes them, so that a
+// new leader does not bring back what was deleted. A replica that becomes
+// leader before it fetched the new start still has those records: unlike
+// Kafka's DeleteRecords, which waits until every replica's log start has
+// moved, the leader does not learn its followers' log starts (the fetch
+// request does not carry them). A fetch below the leader's log start
+// restarts the follower's log empty at it. The leader's start may lie
+// inside a batch, which it sends whole: a follower's log that is empty,
+// or ends at or below the leader's start, then restarts at that batch
+// (the leader, having deleted the epochs below its start, takes a fetch
+// from its start on trust, so a follower's records below it need not be
+// the leader's; they are deleted on the leader anyway).
+//
 // Node is this protocol as a synchronous state machine with the time
 // passed in: it never blocks and starts no goroutine, so a test drives
 // several nodes step by step from one seed. Replicator wraps it with one

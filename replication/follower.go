@@ -75,7 +75,10 @@ func lastBatchEpoch(l *log.Log) int32 { return l.EpochAt(l.LogEndOffset() - 1) }
 // HandleFetchResponse applies a leader's answer to req: it truncates
 // diverging logs (KIP-101/KIP-279: to the end of the last common epoch,
 // never to the high watermark alone), appends the records as follower,
-// sets each high watermark to min(leader's, own log end), and moves the
+// sets each high watermark to min(leader's, own log end), moves each log
+// start up to the leader's where that is below the new high watermark
+// (as Kafka's followers do, so records the leader deleted do not come
+// back with a new leader), and moves the
 // partitions that got data to the end of the fetch order. Unless
 // RelaxedDurability is set, appended logs are fsynced before it returns,
 // so the next fetch reports only durable offsets. Records are appended a
@@ -110,6 +113,7 @@ type responseApplier struct {
 	active   bool
 	fp       FetchPartition // what the log must look like for the next step
 	hw       int64          // the leader's high watermark
+	start    int64          // the leader's log start offset
 	appended int64
 
 	total    int64
@@ -157,7 +161,7 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 		a.fail(l.TruncateTo(truncationTarget(l, *pr.Diverging, p.epoch)))
 		return
 	}
-	a.p, a.active, a.fp, a.hw = p, true, fp, pr.HighWatermark
+	a.p, a.active, a.fp, a.hw, a.start = p, true, fp, pr.HighWatermark, pr.LogStartOffset
 }
 
 // stale reports whether a response to fp no longer applies to p's log.
@@ -187,7 +191,14 @@ func (a *responseApplier) records(records []byte) {
 		return
 	}
 	l := p.log
-	for rest := skipBelow(records, l.LogEndOffset()); len(rest) > 0; {
+	rest := skipBelow(records, l.LogEndOffset())
+	if err := startAtFirstBatch(l, rest, a.start); err != nil {
+		p.backoffUntil = a.now().Add(a.n.cfg.FetchBackoff)
+		a.fail(err)
+		a.active = false
+		return
+	}
+	for len(rest) > 0 {
 		var chunk []byte
 		chunk, rest = nextAppendChunk(rest, followerAppendChunkBytes)
 		if _, err := l.AppendAsFollower(chunk); err != nil {
@@ -204,7 +215,7 @@ func (a *responseApplier) records(records []byte) {
 }
 
 // endPartition finishes the current partition: fsync (unless
-// RelaxedDurability) and high watermark.
+// RelaxedDurability), high watermark and log start.
 func (a *responseApplier) endPartition() {
 	if a.appended > 0 {
 		a.total += a.appended
@@ -229,6 +240,12 @@ func (a *responseApplier) endPartition() {
 	}
 	if a.hw >= 0 {
 		l.SetHighWatermark(min(a.hw, l.LogEndOffset()))
+	}
+	if a.start > l.LogStartOffset() && a.start <= l.HighWatermark() {
+		// Records the leader deleted (retention, DeleteRecordsBefore)
+		// go here too, durably; only committed ones, which this log
+		// holds as the leader does.
+		a.fail(l.DeleteRecordsBefore(a.start))
 	}
 }
 
@@ -327,6 +344,26 @@ func nextAppendChunk(records []byte, limit int) (chunk, rest []byte) {
 		n += len(b)
 	}
 	return records[:n], records[n:]
+}
+
+// startAtFirstBatch restarts the log at the base offset of the first of
+// records when that batch holds the log end offset, and the log is empty
+// or ends at or below leaderStart, the leader's log start. The leader's
+// start may lie inside a batch (DeleteRecordsBefore), which it sends
+// whole from the batch's base. A follower's log ends there when an
+// out-of-range fetch restarted it empty at the leader's start (Kafka's
+// follower then restarts too), or when its records below the leader's
+// start are not the leader's: the leader cannot check epochs it deleted,
+// and takes a fetch from its start on trust. Those records are deleted on
+// the leader. The log start then moves up to the leader's once the high
+// watermark passes it.
+func startAtFirstBatch(l *log.Log, records []byte, leaderStart int64) error {
+	b, _, err := log.SplitBatch(records)
+	end := l.LogEndOffset()
+	if err != nil || b.BaseOffset() >= end || b.NextOffset() <= end || end != l.LogStartOffset() && end > leaderStart {
+		return nil
+	}
+	return l.TruncateFullyAndStartAt(b.BaseOffset())
 }
 
 // skipBelow drops leading batches that end below offset (a response to a

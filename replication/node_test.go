@@ -523,6 +523,88 @@ func TestNodeOffsetOutOfRange(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, a, b)
 	})
+	t.Run("leader's start inside a batch", func(t *testing.T) {
+		// Kafka's follower restarts its empty log at the batch holding
+		// the leader's start, then moves its start up to the leader's
+		// (at once here: the leader's high watermark is its end).
+		leader := newTestReplica(t, 0, Config{})
+		f := newTestReplica(t, 1, Config{})
+		for range 3 {
+			_, err := leader.log.AppendAsLeader(testBatch(t, "a", "b", "c"), 1)
+			require.NoError(t, err)
+		}
+		require.NoError(t, leader.log.DeleteRecordsBefore(4)) // inside [3, 5]
+		require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0}, ntime))
+		require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
+		_, resp := fetchOnce(t, f, leader, ntime)
+		require.ErrorIs(t, resp.Partitions[0].Error.Err(), ErrOffsetOutOfRange)
+		require.Equal(t, int64(4), f.log.LogEndOffset())
+		fetchOnce(t, f, leader, ntime) // [3, 5] and [6, 8]
+		require.Equal(t, int64(4), f.log.LogStartOffset())
+		require.Equal(t, int64(9), f.log.LogEndOffset())
+		a, err := leader.log.Read(nil, 4, log.ReadOptions{MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		b, err := f.log.Read(nil, 4, log.ReadOptions{MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		require.Equal(t, a, b)
+	})
+	t.Run("follower's records below the leader's start are not the leader's", func(t *testing.T) {
+		// The leader deleted its epoch 2 batch [0, 1] from offset 1 on, so
+		// it cannot tell that the follower's epoch 1 batch [0, 0] is not
+		// its own: the fetch at 1 is answered with [0, 1], and the
+		// follower, whose records all lie below the leader's start,
+		// restarts at that batch.
+		leader := newTestReplica(t, 0, Config{})
+		f := newTestReplica(t, 1, Config{})
+		_, err := leader.log.AppendAsLeader(testBatch(t, "a", "b"), 2)
+		require.NoError(t, err)
+		_, err = leader.log.AppendAsLeader(testBatch(t, "c"), 2)
+		require.NoError(t, err)
+		require.NoError(t, leader.log.DeleteRecordsBefore(1))
+		_, err = f.log.AppendAsLeader(testBatch(t, "x"), 1)
+		require.NoError(t, err)
+		require.NoError(t, leader.node.BecomeLeader(ntp, 3, []int32{0, 1}, []int32{0}, ntime))
+		require.NoError(t, f.node.BecomeFollower(ntp, 3, 0))
+		fetchOnce(t, f, leader, ntime)
+		require.Equal(t, int64(1), f.log.LogStartOffset())
+		require.Equal(t, int64(3), f.log.LogEndOffset())
+		a, err := leader.log.Read(nil, 1, log.ReadOptions{MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		b, err := f.log.Read(nil, 1, log.ReadOptions{MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		require.Equal(t, a, b)
+	})
+}
+
+// TestNodeFollowerFollowsTheLeadersLogStart: records the leader deleted
+// are deleted on its follower too (as Kafka's follower does), so that
+// they do not come back when the follower leads.
+func TestNodeFollowerFollowsTheLeadersLogStart(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0, 1}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 6, AcksAll)
+	fetchOnce(t, f, leader, ntime) // the records
+	require.Equal(t, int64(0), f.log.LogStartOffset())
+	require.NoError(t, leader.log.DeleteRecordsBefore(2))
+	fetchOnce(t, f, leader, ntime)
+	require.Equal(t, int64(2), f.log.LogStartOffset())
+	require.Equal(t, int64(6), f.log.LogEndOffset())
+
+	// The follower got the records up to 8 and the leader then deleted
+	// those below 7, moving its high watermark up to 7 with its start.
+	leader.produce(t, 2, AcksAll)
+	fetchOnce(t, f, leader, ntime)
+	require.NoError(t, leader.log.DeleteRecordsBefore(7))
+	fetchOnce(t, f, leader, ntime)
+	require.Equal(t, int64(7), f.log.LogStartOffset())
+	require.Equal(t, int64(8), f.log.LogEndOffset())
+
+	// The follower now leads: the deleted records stay deleted.
+	require.NoError(t, f.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{1}, ntime))
+	_, err := f.log.Read(nil, 6, log.ReadOptions{MaxBytes: 1 << 20})
+	require.ErrorIs(t, err, log.ErrOffsetOutOfRange)
 }
 
 func TestNodeAcksAllNotEnoughReplicas(t *testing.T) {

@@ -85,9 +85,11 @@ type simParams struct {
 	dropRate, dupRate, ackLossRate float64
 	crashes                        int
 	wCrash, wFailover, wSplit      float64
-	idemClients, plainClients      int
-	fetchMaxBytes                  int32
-	staleClientRate                float64
+	// wDelete weighs a leader's DeleteRecordsBefore of committed records.
+	wDelete                   float64
+	idemClients, plainClients int
+	fetchMaxBytes             int32
+	staleClientRate           float64
 }
 
 // simParamsFor derives a run's parameters from its seed, so that seeds
@@ -117,6 +119,9 @@ func simParamsFor(seed uint64) simParams {
 		staleClientRate: r.Float64() * 0.2,
 	}
 	p.keepUnsynced = !p.rolls
+	if r.IntN(2) == 0 {
+		p.wDelete = 0.5 + 2.5*r.Float64()
+	}
 	return p
 }
 
@@ -212,7 +217,7 @@ type simProduce struct {
 // simStats counts what a run exercised.
 type simStats struct {
 	acks, dupAcks, crashes, elections, staleRoles, divergences, truncations, drops, dups int
-	isrChanges, notEnoughReplicas                                                        int
+	isrChanges, notEnoughReplicas, deletes                                               int
 }
 
 func (a *simStats) add(b simStats) {
@@ -227,6 +232,7 @@ func (a *simStats) add(b simStats) {
 	a.dups += b.dups
 	a.isrChanges += b.isrChanges
 	a.notEnoughReplicas += b.notEnoughReplicas
+	a.deletes += b.deletes
 }
 
 type simLeaderKey struct {
@@ -262,6 +268,7 @@ type sim struct {
 	syncs   []*simProduce // appended, their Sync not yet run
 
 	acked       map[TopicPartition]map[int64]string
+	deleted     map[TopicPartition]int64 // the highest DeleteRecordsBefore offset
 	stats       simStats
 	leaderHW    map[simLeaderKey]int64
 	epochLeader map[simEpochKey]int32
@@ -282,6 +289,7 @@ func newSim(p simParams) *sim {
 		ctrl:        map[TopicPartition]*simCtrl{},
 		split:       map[[2]int32]bool{},
 		acked:       map[TopicPartition]map[int64]string{},
+		deleted:     map[TopicPartition]int64{},
 		leaderHW:    map[simLeaderKey]int64{},
 		epochLeader: map[simEpochKey]int32{},
 		trace:       fnv.New64a(),
@@ -812,6 +820,36 @@ func (s *sim) clientFailed(c *simClient, definite bool, why string) {
 	}
 }
 
+// deleteRecords has a partition's leader delete its records below a
+// committed offset, as Kafka's DeleteRecords does; its followers delete
+// them as they fetch. The records may come back if another replica, one
+// that had not yet deleted them, becomes leader.
+func (s *sim) deleteRecords() {
+	tp := s.tps[s.rng.IntN(len(s.tps))]
+	id := s.ctrl[tp].leader
+	if id < 0 || !s.nodes[id].up {
+		return
+	}
+	n := s.nodes[id]
+	p := n.node.partition(tp)
+	p.mu.Lock()
+	lead := p.role == roleLeader
+	p.mu.Unlock()
+	l := n.logs[tp]
+	start, hw := l.LogStartOffset(), l.HighWatermark()
+	if !lead || hw <= start {
+		return
+	}
+	off := start + 1 + s.rng.Int64N(hw-start)
+	if err := l.DeleteRecordsBefore(off); err != nil {
+		s.failf("node %d: %s: delete records before %d: %v", n.id, tp, off, err)
+		return
+	}
+	s.deleted[tp] = max(s.deleted[tp], off)
+	s.stats.deletes++
+	s.logf("node %d: %s: records before %d deleted", n.id, tp, off)
+}
+
 // --- faults ---
 
 func (s *sim) crash(n *simNode) {
@@ -901,7 +939,10 @@ func (s *sim) checkInvariants() {
 				if !m.up {
 					continue
 				}
-				if d := m.logs[tp].DurableOffset(); hw > d {
+				// Records below the leader's start, or below any start a
+				// leader deleted to (a later leader may not have followed
+				// it), are deleted: a member may lack them.
+				if d := m.logs[tp].DurableOffset(); hw > max(d, l.LogStartOffset(), s.deleted[tp]) {
 					s.failf("leader %d of %s epoch %d: high watermark %d above the durable end %d of ISR member %d (ISR %v)",
 						n.id, tp, epoch, hw, d, id, isr)
 				}
@@ -973,6 +1014,7 @@ func (s *sim) chaosStep() {
 				s.elect(tp, s.ctrl[tp].leader)
 			}
 		}},
+		{s.p.wDelete, s.deleteRecords},
 		{s.p.wSplit, func() {
 			a, b := int32(s.rng.IntN(len(s.nodes))), int32(s.rng.IntN(len(s.nodes)))
 			if a != b {
@@ -1116,6 +1158,13 @@ func (s *sim) describe() {
 // record, dense offsets and at-most-once storage.
 func (s *sim) finalCheck() {
 	for _, tp := range s.tps {
+		// Replicas may start at different offsets: one that deleted
+		// records before it lost its leadership to one that had not.
+		// They must agree from the highest start on.
+		var start int64
+		for _, n := range s.nodes {
+			start = max(start, n.logs[tp].LogStartOffset())
+		}
 		var first []byte
 		for _, n := range s.nodes {
 			l := n.logs[tp]
@@ -1126,13 +1175,34 @@ func (s *sim) finalCheck() {
 			}
 			s.trace.Write(data)
 			if n.id == 0 {
-				first = data
 				s.checkLog(tp, l.LogStartOffset(), l.LogEndOffset(), data)
+			}
+			if data, err = batchesFrom(data, start); err != nil {
+				s.failf("node %d read %s: %v", n.id, tp, err)
+				return
+			}
+			if n.id == 0 {
+				first = data
 			} else if !bytes.Equal(first, data) {
-				s.failf("%s: node %d's log differs from node 0's (%d and %d bytes)", tp, n.id, len(data), len(first))
+				s.failf("%s: node %d's log differs from node 0's from offset %d (%d and %d bytes)", tp, n.id, start, len(data), len(first))
 			}
 		}
 	}
+}
+
+// batchesFrom returns the batches of data that end at or after off.
+func batchesFrom(data []byte, off int64) ([]byte, error) {
+	for rest := data; len(rest) > 0; {
+		b, r, err := log.SplitBatch(rest)
+		if err != nil {
+			return nil, err
+		}
+		if b.LastOffset() >= off {
+			return rest, nil
+		}
+		rest = r
+	}
+	return nil, nil
 }
 
 // readAll returns every batch of l, across all its segments.
@@ -1175,8 +1245,10 @@ func (s *sim) checkLog(tp TopicPartition, start, end int64, data []byte) {
 			return
 		}
 		rest = r
-		if b.BaseOffset() != next {
-			s.failf("%s: batch at %d, expected %d", tp, b.BaseOffset(), next)
+		// The first batch may begin below a start that DeleteRecordsBefore
+		// put inside it.
+		if b.BaseOffset() != next && (next != start || b.BaseOffset() > start || b.LastOffset() < start) {
+			s.failf("%s: batch [%d, %d], expected one at %d", tp, b.BaseOffset(), b.LastOffset(), next)
 		}
 		next = b.NextOffset()
 		if b.ProducerID() != log.NoProducerID {
@@ -1209,6 +1281,9 @@ func (s *sim) checkLog(tp TopicPartition, start, end int64, data []byte) {
 	}
 	slices.Sort(offs)
 	for _, off := range offs {
+		if off < s.deleted[tp] {
+			continue // deleted, or back with a leader that had not deleted it
+		}
 		if got, want := values[off], s.acked[tp][off]; got != want {
 			s.failf("%s: acknowledged record %q at offset %d lost (found %q)", tp, want, off, got)
 		}
@@ -1267,9 +1342,12 @@ func TestSimulation(t *testing.T) {
 func TestSimulationReplay(t *testing.T) {
 	var seeds []uint64
 	for _, want := range []func(p simParams) bool{
-		func(p simParams) bool { return p.rolls && p.crashes > 1 },
-		func(p simParams) bool { return !p.rolls && p.crashes > 1 && p.partitions == 2 },
-		func(p simParams) bool { return !p.rolls && p.crashes > 1 && p.partitions == 1 && p.dupRate > 0.03 },
+		func(p simParams) bool { return p.rolls && p.crashes > 1 && p.wDelete == 0 },
+		func(p simParams) bool { return !p.rolls && p.crashes > 1 && p.partitions == 2 && p.wDelete == 0 },
+		func(p simParams) bool {
+			return !p.rolls && p.crashes > 1 && p.partitions == 1 && p.dupRate > 0.03 && p.wDelete == 0
+		},
+		func(p simParams) bool { return p.crashes > 2 && p.wDelete > 0.5 },
 	} {
 		seed := uint64(1)
 		for !want(simParamsFor(seed)) {
