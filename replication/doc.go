@@ -88,6 +88,18 @@
 // (a fetch is held at most the leader's own FetchMaxWait, whatever it
 // asks), and a ticker for ISR shrinking.
 //
+// # Observing
+//
+// Stats (Node.Stats, Replicator.Stats) is a snapshot of every hosted
+// partition: its role, epoch, leader, offsets and high watermark; on a
+// leader the replicas, the ISR, and each follower's log end, lag in
+// offsets, last fetch and last catch-up; on a follower its leader's log
+// end as of the last response and its lag behind it. Its counters (fetches
+// answered and applied, bytes sent and appended, per node and per
+// partition, ISR changes, truncations) only grow: a rate is the difference
+// between two snapshots over the difference of their At. Changes to the
+// ISR are also reported as they happen, through Config.OnISRChange.
+//
 // # Catching up
 //
 // Over TCP, a follower's fetcher applies a response larger than 256 KiB

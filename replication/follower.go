@@ -21,7 +21,7 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 	for _, p := range parts {
 		tp := p.tp
 		p.mu.Lock()
-		if p.role == roleFollower && p.leader == leader && !now.Before(p.backoffUntil) {
+		if p.role == RoleFollower && p.leader == leader && !now.Before(p.backoffUntil) {
 			// The fetch offset counts toward the leader's high watermark,
 			// so unless RelaxedDurability it must be durable: appends made
 			// as leader whose Produce has not synced yet, or left by a
@@ -148,6 +148,10 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 	if a.stale(p, fp) {
 		return
 	}
+	p.fetches.Add(1)
+	if pr.Error == CodeNone || pr.Error == CodeOffsetOutOfRange {
+		p.leaderLEO = pr.LogEndOffset // the leader's: others answer with an error
+	}
 	n, l := a.n, p.log
 	switch {
 	case pr.Error == CodeOffsetOutOfRange:
@@ -173,7 +177,7 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 // below what the leader already counted. Callers hold p.mu.
 func (a *responseApplier) stale(p *partition, fp FetchPartition) bool {
 	l := p.log
-	return p.role != roleFollower || p.leader != a.leader || p.epoch != fp.CurrentLeaderEpoch ||
+	return p.role != RoleFollower || p.leader != a.leader || p.epoch != fp.CurrentLeaderEpoch ||
 		l.LogEndOffset() != fp.FetchOffset || lastBatchEpoch(l) != fp.LastFetchedEpoch
 }
 
@@ -210,6 +214,7 @@ func (a *responseApplier) records(records []byte) {
 			break
 		}
 		a.appended += int64(len(chunk))
+		p.fetchBytes.Add(int64(len(chunk)))
 	}
 	a.fp.FetchOffset, a.fp.LastFetchedEpoch = l.LogEndOffset(), lastBatchEpoch(l)
 }
@@ -253,6 +258,7 @@ func (a *responseApplier) endPartition() {
 // order and returns the bytes appended and the first error.
 func (a *responseApplier) finish() (int64, error) {
 	n := a.n
+	n.stats.responses.Add(1)
 	if len(a.got) > 0 {
 		n.mu.Lock()
 		if f := n.fetchers[a.leader]; f != nil {

@@ -27,7 +27,7 @@ func (n *Node) handleFetchPartition(req *FetchRequest, fp FetchPartition, budget
 	l := p.log
 	resp.HighWatermark, resp.LogStartOffset, resp.LogEndOffset = l.HighWatermark(), l.LogStartOffset(), l.LogEndOffset()
 	switch {
-	case p.role != roleLeader:
+	case p.role != RoleLeader:
 		resp.Error = CodeNotLeader
 		return resp, 0
 	case fp.CurrentLeaderEpoch < p.epoch:
@@ -66,6 +66,24 @@ func (n *Node) handleFetchPartition(req *FetchRequest, fp FetchPartition, budget
 	return resp, region.Length
 }
 
+// countServed counts a fetch answer in Stats: the request, and for each
+// partition answered without error the fetch and its record bytes.
+func (n *Node) countServed(resp *FetchResponse) {
+	n.stats.fetches.Add(1)
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for i := range resp.Partitions {
+		pr := &resp.Partitions[i]
+		p := n.parts[pr.TopicPartition]
+		if p == nil || pr.Error != CodeNone || pr.Diverging != nil {
+			continue
+		}
+		p.fetches.Add(1)
+		p.fetchBytes.Add(pr.Region.Length)
+		n.stats.servedBytes.Add(pr.Region.Length)
+	}
+}
+
 // trackFollower records a follower's fetch offset, then expands the ISR
 // and advances the high watermark as it allows. Callers hold p.mu.
 func (n *Node) trackFollower(p *partition, id int32, fetchOffset int64, now time.Time) {
@@ -93,7 +111,7 @@ func (n *Node) trackFollower(p *partition, id int32, fetchOffset int64, now time
 // role changed must not move it over what the followers never had.
 // Callers hold p.mu.
 func (n *Node) maybeAdvanceHW(p *partition) {
-	if p.role != roleLeader || len(p.isr) < n.cfg.MinInsyncReplicas {
+	if p.role != RoleLeader || len(p.isr) < n.cfg.MinInsyncReplicas {
 		return
 	}
 	hw := p.candidateHW(!n.cfg.RelaxedDurability)
@@ -142,7 +160,7 @@ func (n *Node) appendAsLeader(tp TopicPartition, batches []byte, acks Acks) (log
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.role != roleLeader {
+	if p.role != RoleLeader {
 		return log.AppendInfo{}, nil, nil, fmt.Errorf("%w: %s", ErrNotLeader, tp)
 	}
 	if acks == AcksAll && len(p.isr) < n.cfg.MinInsyncReplicas {
@@ -174,7 +192,7 @@ func (n *Node) syncLedLogs(req *FetchRequest) {
 			continue
 		}
 		p.mu.Lock()
-		lead := p.role == roleLeader
+		lead := p.role == RoleLeader
 		p.mu.Unlock()
 		l := p.log
 		if !lead || l.DurableOffset() >= l.LogEndOffset() {
@@ -185,7 +203,7 @@ func (n *Node) syncLedLogs(req *FetchRequest) {
 			continue
 		}
 		p.mu.Lock()
-		if p.role == roleLeader {
+		if p.role == RoleLeader {
 			n.maybeAdvanceHW(p)
 		}
 		p.mu.Unlock()

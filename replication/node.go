@@ -32,8 +32,11 @@ type Node struct {
 	stats nodeCounters
 }
 
+// nodeCounters are the node's Stats counters, over all partitions.
 type nodeCounters struct {
-	isrChanges, fetches, fetchedBytes, truncations atomic.Int64
+	fetches, servedBytes    atomic.Int64 // leader side
+	responses, fetchedBytes atomic.Int64 // follower side
+	isrChanges, truncations atomic.Int64
 }
 
 // NewNode returns a node with no partitions.
@@ -67,7 +70,7 @@ func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
 	if _, ok := n.parts[tp]; ok {
 		return fmt.Errorf("replication: partition %s already added", tp)
 	}
-	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1}
+	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1, leaderLEO: -1}
 	return nil
 }
 
@@ -113,11 +116,11 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	n.mu.Lock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if epoch < p.epoch || (epoch == p.epoch && p.role != roleLeader && p.role != roleNone) {
+	if epoch < p.epoch || (epoch == p.epoch && p.role != RoleLeader && p.role != RoleNone) {
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
-	if epoch == p.epoch && p.role == roleLeader {
+	if epoch == p.epoch && p.role == RoleLeader {
 		n.mu.Unlock()
 		return nil
 	}
@@ -128,7 +131,7 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	}
 	p.endLeadership()
 	p.leadCtx, p.leadCancel = context.WithCancel(context.Background())
-	p.role, p.epoch, p.leader = roleLeader, epoch, n.id
+	p.role, p.epoch, p.leader = RoleLeader, epoch, n.id
 	p.replicas, p.isr = slices.Clone(replicas), slices.Clone(isr)
 	slices.Sort(p.isr)
 	p.followers = map[int32]*replicaState{}
@@ -177,14 +180,14 @@ func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
 	}
 	p.mu.Lock()
-	if epoch < p.epoch || (epoch == p.epoch && p.role == roleLeader) {
+	if epoch < p.epoch || (epoch == p.epoch && p.role == RoleLeader) {
 		p.mu.Unlock()
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
 	p.endLeadership()
-	p.role, p.epoch, p.leader = roleFollower, epoch, leader
+	p.role, p.epoch, p.leader = RoleFollower, epoch, leader
 	p.followers, p.isr, p.replicas = nil, nil, nil
-	p.backoffUntil = time.Time{}
+	p.backoffUntil, p.leaderLEO = time.Time{}, -1
 	p.mu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -235,13 +238,23 @@ func (n *Node) Leaders() []int32 {
 }
 
 // HandleFetch answers a follower's fetch on the leader side without
-// waiting: records are returned as file regions (see
-// FetchResponse.Materialize).
+// waiting, and counts the answer in Stats: records are returned as file
+// regions (see FetchResponse.Materialize).
 func (n *Node) HandleFetch(req *FetchRequest, now time.Time) (*FetchResponse, error) {
+	resp, err := n.handleFetch(req, now)
+	if err == nil {
+		n.countServed(resp)
+	}
+	return resp, err
+}
+
+// handleFetch is HandleFetch without counting the answer in Stats: the
+// Replicator computes a held fetch's answer again each time data arrives,
+// and counts only the one it sends.
+func (n *Node) handleFetch(req *FetchRequest, now time.Time) (*FetchResponse, error) {
 	if req.ClusterID != n.cfg.ClusterID {
 		return nil, fmt.Errorf("%w: %q, this node is in %q", ErrClusterMismatch, req.ClusterID, n.cfg.ClusterID)
 	}
-	n.stats.fetches.Add(1)
 	resp := &FetchResponse{Partitions: make([]FetchPartitionResponse, 0, len(req.Partitions))}
 	budget := int64(req.MaxBytes)
 	for _, fp := range req.Partitions {
@@ -263,7 +276,7 @@ func (n *Node) Tick(now time.Time) {
 	n.mu.RUnlock()
 	for _, p := range parts {
 		p.mu.Lock()
-		if p.role == roleLeader {
+		if p.role == RoleLeader {
 			n.shrinkISR(p, now)
 		}
 		p.mu.Unlock()

@@ -2,20 +2,41 @@ package replication
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/replog/replog/log"
 )
 
-type role uint8
+// Role is what a node does for a partition.
+type Role uint8
 
+// The roles of a partition on a node.
 const (
-	roleNone role = iota
-	roleLeader
-	roleFollower
+	// RoleNone: hosted, neither leading nor following (after AddPartition
+	// or StopPartition).
+	RoleNone Role = iota
+	// RoleLeader: this node leads the partition.
+	RoleLeader
+	// RoleFollower: this node fetches the partition from its leader.
+	RoleFollower
 )
+
+// String returns "none", "leader" or "follower".
+func (r Role) String() string {
+	switch r {
+	case RoleLeader:
+		return "leader"
+	case RoleFollower:
+		return "follower"
+	case RoleNone:
+		return "none"
+	}
+	return fmt.Sprintf("Role(%d)", uint8(r))
+}
 
 // replicaState is what a leader knows of one follower.
 type replicaState struct {
@@ -32,7 +53,7 @@ type partition struct {
 	log *log.Log
 
 	mu     sync.Mutex
-	role   role
+	role   Role
 	epoch  int32
 	leader int32 // current leader id (self when leading), -1 unknown
 
@@ -48,7 +69,12 @@ type partition struct {
 
 	// follower state
 	backoffUntil time.Time
-	fetchedBytes int64
+	leaderLEO    int64 // the leader's log end in its last response, -1 none yet
+
+	// Counters for Stats. As leader: follower fetches answered and the
+	// record bytes sent; as follower: responses applied and the record
+	// bytes appended.
+	fetches, fetchBytes atomic.Int64
 }
 
 // endLeadership cancels the current leadership, if any. Callers hold p.mu.
@@ -63,7 +89,7 @@ func (p *partition) endLeadership() {
 // Callers hold p.mu.
 func (p *partition) stopRole() {
 	p.endLeadership()
-	p.role = roleNone
+	p.role = RoleNone
 	p.followers, p.isr, p.replicas = nil, nil, nil
 }
 

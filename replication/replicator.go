@@ -144,6 +144,16 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 // node's own FetchMaxWait, so that a peer cannot pin a connection and its
 // goroutine for days. A fetch of no partitions is answered at once.
 func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+	resp, err := r.holdFetch(ctx, req)
+	if err == nil {
+		r.node.countServed(resp)
+	}
+	return resp, err
+}
+
+// holdFetch computes the answer to req again each time new data arrives,
+// until it has news or the wait is over, and returns the last one.
+func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
 	wait := min(time.Duration(max(req.MaxWaitMs, 0))*time.Millisecond, r.cfg.FetchMaxWait)
 	if len(req.Partitions) == 0 {
 		wait = 0
@@ -152,7 +162,7 @@ func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 	for {
 		ch := r.newData.channel()
 		r.node.syncLedLogs(req)
-		resp, err := r.node.HandleFetch(req, r.cfg.Now())
+		resp, err := r.node.handleFetch(req, r.cfg.Now())
 		if err != nil || hasNews(resp) {
 			return resp, err
 		}

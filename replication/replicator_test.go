@@ -65,6 +65,20 @@ func TestThreeReplicasAcksAllInMemory(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return logs[0].LogEndOffset() == 400 && logs[2].LogEndOffset() == 400
 	}, 10*time.Second, 10*time.Millisecond)
+	// Stats: the new leader hears both followers reach its log end.
+	require.Eventually(t, func() bool {
+		fs := reps[1].Stats().Partitions[0].Followers
+		return len(fs) == 2 && fs[0].LogEndOffset == 400 && fs[1].LogEndOffset == 400
+	}, 10*time.Second, 10*time.Millisecond)
+	lead, old := reps[1].Stats(), reps[0].Stats()
+	require.Equal(t, RoleLeader, lead.Partitions[0].Role)
+	require.Equal(t, []int32{0, 1, 2}, lead.Partitions[0].ISR)
+	require.Positive(t, lead.FetchesServed)
+	require.Positive(t, lead.BytesServed)
+	require.Equal(t, RoleFollower, old.Partitions[0].Role)
+	require.Equal(t, int32(1), old.Partitions[0].Leader)
+	require.Positive(t, old.BytesFetched, "replica 0 fetched epoch 2's records")
+	require.Positive(t, old.FetchesServed, "and served fetches while it led")
 	for _, l := range logs[1:] {
 		a, err := logs[0].Read(nil, 0, log.ReadOptions{MaxBytes: 1 << 20})
 		require.NoError(t, err)

@@ -79,7 +79,7 @@ func TestBecomeLeaderChecksTheAssignment(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidAssignment, c.name)
 	}
 	p := r.node.partition(ntp)
-	require.Equal(t, roleNone, p.role, "a refused assignment changes nothing")
+	require.Equal(t, RoleNone, p.role, "a refused assignment changes nothing")
 	require.NoError(t, r.node.BecomeLeader(ntp, 1, []int32{0, 1, 2}, []int32{2, 0, 1}, ntime))
 }
 

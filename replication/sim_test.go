@@ -715,7 +715,7 @@ func (s *sim) produce(c *simClient) {
 	case errors.Is(err, log.ErrOutOfOrderSequence):
 		np := n.node.partition(c.tp)
 		np.mu.Lock()
-		current := np.role == roleLeader && np.epoch == ctl.epoch && target == ctl.leader
+		current := np.role == RoleLeader && np.epoch == ctl.epoch && target == ctl.leader
 		np.mu.Unlock()
 		if current {
 			s.failf("current leader %d of %s refused client %d seq %d: %v", target, c.tp, c.id, c.cur.seq, err)
@@ -833,7 +833,7 @@ func (s *sim) deleteRecords() {
 	n := s.nodes[id]
 	p := n.node.partition(tp)
 	p.mu.Lock()
-	lead := p.role == roleLeader
+	lead := p.role == RoleLeader
 	p.mu.Unlock()
 	l := n.logs[tp]
 	start, hw := l.LogStartOffset(), l.HighWatermark()
@@ -922,7 +922,7 @@ func (s *sim) checkInvariants() {
 				s.failf("node %d %s epoch went from %d to %d", n.id, tp, prev, epoch)
 			}
 			n.epochs[tp] = epoch
-			if role != roleLeader {
+			if role != RoleLeader {
 				continue
 			}
 			hw := l.HighWatermark()
@@ -1085,7 +1085,7 @@ func (s *sim) converged() bool {
 		for _, n := range s.nodes {
 			p := n.node.partition(tp)
 			p.mu.Lock()
-			ok := p.epoch == c.epoch && (p.role == roleLeader) == (n.id == c.leader) && p.role != roleNone
+			ok := p.epoch == c.epoch && (p.role == RoleLeader) == (n.id == c.leader) && p.role != RoleNone
 			p.mu.Unlock()
 			l := n.logs[tp]
 			if !ok || l.LogEndOffset() != leo || l.HighWatermark() != leo {

@@ -15,6 +15,8 @@ import (
 	"math"
 	"os"
 	"time"
+
+	"github.com/replog/replog/replication"
 )
 
 func main() { os.Exit(run()) }
@@ -100,5 +102,19 @@ func quickstart(dir string, records, producers int) error {
 	st := c.logs[1].Stats()
 	fmt.Printf("consumed %d records from node 1: every acknowledged record exactly once; replicas 1 and 2 hold identical logs (%d segments, %d rolls on node 1)\n",
 		n, st.Segments, st.Rolls)
+	printReplication(c.reps[1].Stats(), c.reps[2].Stats())
 	return nil
+}
+
+// printReplication says what the replicators' Stats report: the leader's
+// view of the partition and of its follower, and what the follower fetched.
+func printReplication(leader, follower replication.Stats) {
+	lp := leader.Partitions[0]
+	for _, f := range lp.Followers {
+		if f.ReplicaID == 2 {
+			fmt.Printf("stats: node 1 leads with ISR %v and high watermark %d, node 2 is at offset %d (lag %d); node 1 answered %d fetches (%.1f MB) since it took over, node 2 applied %d responses (%.1f MB) from nodes 0 and 1\n",
+				lp.ISR, lp.HighWatermark, f.LogEndOffset, f.Lag,
+				leader.FetchesServed, float64(leader.BytesServed)/1e6, follower.FetchesApplied, float64(follower.BytesFetched)/1e6)
+		}
+	}
 }
