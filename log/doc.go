@@ -172,8 +172,10 @@
 // Open loads the newest valid snapshot at or below the log end (corrupt
 // ones are deleted and the next older one tried) and replays the batches
 // after it. A retried batch (same producer epoch and sequence range as one
-// of the producer's last five) is not written again: Append returns the
-// original offsets with AppendInfo.Duplicate set.
+// of the producer's last five still in the log) is not written again:
+// Append returns the original offsets with AppendInfo.Duplicate set. When
+// the log start moves (DeleteRecordsBefore, retention), cached batches
+// that end before it are dropped, and producers left with none.
 //
 // # Checkpoint files
 //

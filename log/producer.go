@@ -54,6 +54,17 @@ func (e *producerEntry) add(m batchMeta) {
 	e.lastTimestamp = max(e.lastTimestamp, m.timestamp)
 }
 
+// dropBefore drops the cached batches that end before start (they are
+// kept oldest first).
+func (e *producerEntry) dropBefore(start int64) {
+	k := 0
+	for k < e.n && e.batches[k].lastOffset < start {
+		k++
+	}
+	copy(e.batches[:], e.batches[k:e.n])
+	e.n -= k
+}
+
 // duplicateOf returns the cached batch with exactly b's sequence range.
 func (e *producerEntry) duplicateOf(b Batch) (batchMeta, bool) {
 	if e.epoch != b.ProducerEpoch() {
@@ -254,10 +265,18 @@ func (ps *producerState) findDuplicates(batches []byte) (AppendInfo, bool, error
 	return info, true, nil
 }
 
-// truncateHead drops producers whose last batch lies before start.
+// truncateHead follows the log start to start: it drops the cached
+// batches that end before it, and the producers left with none (Kafka
+// drops the producers whose last batch ends before the log start, and
+// keeps their older batches). A retry is then never answered with
+// offsets the log no longer holds: below its start a follower's records
+// may not be its leader's (the leader cannot compare epochs it deleted),
+// so a batch of those may never have been committed.
 func (ps *producerState) truncateHead(start int64) {
 	for i := len(ps.entries) - 1; i >= 0; i-- {
-		if last, ok := ps.entries[i].last(); !ok || last.lastOffset < start {
+		e := &ps.entries[i].producerEntry
+		e.dropBefore(start)
+		if e.n == 0 {
 			ps.removeAt(i)
 		}
 	}

@@ -1102,3 +1102,41 @@ func TestProducerCleanReopen(t *testing.T) {
 		})
 	}
 }
+
+// TestProducerRetryCacheFollowsTheLogStart: the retry cache only holds
+// batches still in the log. Moving the log start past a producer's older
+// batches drops them from its cache (Kafka drops only whole producers
+// whose last batch is gone): a retry of one of them is no duplicate with
+// offsets the log no longer holds, which on a follower may be records its
+// leader never committed, but an out-of-order sequence; the batches still
+// in the log are found, also after a reopen, whose snapshot predates the
+// move.
+func TestProducerRetryCacheFollowsTheLogStart(t *testing.T) {
+	fs := idemMem()
+	l := idemOpen(t, fs, Options{})
+	var batches [][]byte
+	for seq := range int32(4) {
+		b := idemBatch(t, 7, 0, seq, 1, 1000+int64(seq))
+		batches = append(batches, b)
+		require.Equal(t, int64(seq), idemAppend(t, l, b).FirstOffset)
+	}
+	require.NoError(t, l.Close()) // a snapshot at 4 holds all four batches
+	l = idemOpen(t, fs, Options{})
+	require.NoError(t, l.DeleteRecordsBefore(2))
+	check := func(l *Log) {
+		t.Helper()
+		require.Equal(t, []batchMeta{
+			{firstSeq: 2, lastSeq: 2, lastOffset: 2, timestamp: 1002},
+			{firstSeq: 3, lastSeq: 3, lastOffset: 3, timestamp: 1003},
+		}, idemState(l)[7].Batches)
+		info := idemAppend(t, l, batches[2])
+		require.True(t, info.Duplicate)
+		require.Equal(t, int64(2), info.FirstOffset)
+		_, err := l.Append(append([]byte(nil), batches[1]...))
+		require.ErrorIs(t, err, ErrOutOfOrderSequence)
+		require.Equal(t, int64(4), l.LogEndOffset(), "nothing written")
+	}
+	check(l)
+	require.NoError(t, l.Close())
+	check(idemOpen(t, fs, Options{}))
+}
