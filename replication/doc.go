@@ -64,6 +64,14 @@
 // than MinInsyncReplicas) and answers with whole batches. A follower that
 // has not caught up within ReplicaLagTime leaves the ISR.
 //
+// A follower applies an answer only while its log is still the one the
+// request described (role, epoch, log end, last batch's epoch), and only
+// to the newest request it built for the partition: once a fetch timed
+// out and was sent again, the leader may answer the second from a newer
+// state (records deleted since, with the epochs that showed a divergence)
+// and count its offset toward the ISR, which a late answer to the first
+// must not undo.
+//
 // The log start follows the leader's, as in Kafka: records the leader
 // deleted (retention, or the application's DeleteRecordsBefore) are
 // deleted on a follower once its high watermark passes them, so that a

@@ -17,7 +17,7 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 		return nil
 	}
 	req := &FetchRequest{ClusterID: n.cfg.ClusterID, ReplicaID: n.id, MaxBytes: n.cfg.FetchMaxBytes,
-		MaxWaitMs: int32(n.cfg.FetchMaxWait / time.Millisecond)}
+		MaxWaitMs: int32(n.cfg.FetchMaxWait / time.Millisecond), seq: n.fetchSeq.Add(1)}
 	for _, p := range parts {
 		tp := p.tp
 		p.mu.Lock()
@@ -36,6 +36,7 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 			}
 			req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: tp,
 				CurrentLeaderEpoch: p.epoch, FetchOffset: p.log.LogEndOffset(), LastFetchedEpoch: lastBatchEpoch(p.log)})
+			p.lastFetch = req.seq
 		}
 		p.mu.Unlock()
 	}
@@ -174,11 +175,16 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 // with the same epoch at the same end offset are equal). A delayed or
 // repeated response to an earlier request, made before a truncation and
 // refetch that led back to the same end, would otherwise truncate again
-// below what the leader already counted. Callers hold p.mu.
+// below what the leader already counted. And only to the newest request
+// for the partition: the leader may have answered a newer one, sent when
+// the older timed out, from a newer state (records deleted since, the
+// epochs that showed a divergence with them) and counted its offset
+// toward the ISR; the older answer would then truncate the follower
+// below that. Callers hold p.mu.
 func (a *responseApplier) stale(p *partition, fp FetchPartition) bool {
 	l := p.log
 	return p.role != RoleFollower || p.leader != a.leader || p.epoch != fp.CurrentLeaderEpoch ||
-		l.LogEndOffset() != fp.FetchOffset || lastBatchEpoch(l) != fp.LastFetchedEpoch
+		(a.req.seq != 0 && a.req.seq != p.lastFetch) || l.LogEndOffset() != fp.FetchOffset || lastBatchEpoch(l) != fp.LastFetchedEpoch
 }
 
 // records appends the next records of the current partition: whole

@@ -29,7 +29,8 @@ type Node struct {
 	parts    map[TopicPartition]*partition
 	fetchers map[int32]*partitionstate.Map[TopicPartition, *partition] // by leader id
 
-	stats nodeCounters
+	stats    nodeCounters
+	fetchSeq atomic.Uint64 // the last FetchRequest.seq BuildFetch gave
 }
 
 // nodeCounters are the node's Stats counters, over all partitions.

@@ -969,3 +969,41 @@ func TestNodeResponseApplierStopsWhenTheLogChangesMidResponse(t *testing.T) {
 		})
 	}
 }
+
+// A response to a fetch the follower has since sent again (the first
+// timed out) is not applied: the leader may have answered the newer
+// request from a newer state and counted its offset. Here the leader
+// answers the first with a divergence, then deletes the records that
+// showed it; the second, identical request then finds none and makes the
+// follower a member of the ISR. Truncating by the late first answer would
+// leave an ISR member below the high watermark, with records the leader
+// no longer has to send back.
+func TestNodeOnlyTheNewestFetchsResponseApplies(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 1})
+	f := newTestReplica(t, 1, Config{})
+	appendEpochs(t, f.log, epochRun{epoch: 1, n: 1}) // never the leader's
+	require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
+	leader.produce(t, 1, AcksLeader)
+	require.Equal(t, int64(1), leader.log.HighWatermark())
+
+	first := f.node.BuildFetch(0, ntime)
+	firstResp, err := leader.node.HandleFetch(first, ntime)
+	require.NoError(t, err)
+	require.NotNil(t, firstResp.Partitions[0].Diverging)
+	require.NoError(t, leader.log.DeleteRecordsBefore(1))
+	second := f.node.BuildFetch(0, ntime)
+	require.Equal(t, first.Partitions, second.Partitions, "the same request, sent again")
+	secondResp, err := leader.node.HandleFetch(second, ntime)
+	require.NoError(t, err)
+	require.Nil(t, secondResp.Partitions[0].Diverging, "the epochs that showed it are deleted")
+	require.Equal(t, []int32{0, 1}, leader.isr())
+
+	_, err = f.node.HandleFetchResponse(0, first, firstResp, ntime)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), f.log.LogEndOffset(), "the late divergence is not applied")
+	_, err = f.node.HandleFetchResponse(0, second, secondResp, ntime)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), f.log.LogStartOffset(), "the follower follows the leader's log start")
+	require.Equal(t, int64(1), f.log.HighWatermark())
+}

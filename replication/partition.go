@@ -69,7 +69,10 @@ type partition struct {
 
 	// follower state
 	backoffUntil time.Time
-	leaderLEO    int64 // the leader's log end in its last response, -1 none yet
+	// lastFetch is the seq of the newest fetch request built with this
+	// partition: only its response applies (see responseApplier.stale).
+	lastFetch uint64
+	leaderLEO int64 // the leader's log end in its last response, -1 none yet
 
 	// Counters for Stats. As leader: follower fetches answered and the
 	// record bytes sent; as follower: responses applied and the record

@@ -71,6 +71,11 @@ type FetchRequest struct {
 	// no data (long poll); 0 answers at once.
 	MaxWaitMs  int32
 	Partitions []FetchPartition
+
+	// seq numbers the requests a Node builds (BuildFetch), from 1; it
+	// is not sent. A response applies only to the newest request built
+	// for its partition; requests made otherwise (0) are not checked.
+	seq uint64
 }
 
 // FetchPartition is one partition of a FetchRequest.
