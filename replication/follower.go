@@ -183,8 +183,9 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 // below that. Callers hold p.mu.
 func (a *responseApplier) stale(p *partition, fp FetchPartition) bool {
 	l := p.log
-	return p.role != RoleFollower || p.leader != a.leader || p.epoch != fp.CurrentLeaderEpoch ||
-		(a.req.seq != 0 && a.req.seq != p.lastFetch) || l.LogEndOffset() != fp.FetchOffset || lastBatchEpoch(l) != fp.LastFetchedEpoch
+	superseded := a.req.seq != 0 && a.req.seq != p.lastFetch
+	return p.role != RoleFollower || p.leader != a.leader || p.epoch != fp.CurrentLeaderEpoch || superseded ||
+		l.LogEndOffset() != fp.FetchOffset || lastBatchEpoch(l) != fp.LastFetchedEpoch
 }
 
 // records appends the next records of the current partition: whole
