@@ -20,8 +20,10 @@ var (
 	// missing byte have been written (WriteTo's count says how many
 	// reached the writer); nothing after it is written.
 	ErrRegionPastEOF = errors.New("send: file region past end of file")
-	// ErrShortWrite is returned by WriteTo when a plain io.Writer accepted
-	// fewer bytes than it was given without returning an error.
+	// ErrShortWrite is returned by WriteTo when a writer other than a
+	// socket or file it writes to directly (a plain io.Writer, or a
+	// net.Conn wrapper) accepted fewer bytes than it was given without
+	// returning an error.
 	ErrShortWrite = errors.New("send: short write")
 )
 
@@ -315,11 +317,21 @@ func adjacent(a, b []byte) bool {
 	return &a[:len(a)+1][len(a)] == &b[0]
 }
 
+// vecLen returns the total length of bufs.
+func vecLen(bufs [][]byte) int64 {
+	var n int64
+	for _, p := range bufs {
+		n += int64(len(p))
+	}
+	return n
+}
+
 // sameFile reports whether a and b are the same value, without panicking
-// on incomparable dynamic types.
+// on incomparable values: the check is on the values, since a comparable
+// type (a struct with an interface field) can hold an incomparable one.
 func sameFile(a, b io.ReaderAt) bool {
-	ta := reflect.TypeOf(a)
-	if ta != reflect.TypeOf(b) || !ta.Comparable() {
+	va := reflect.ValueOf(a)
+	if va.Type() != reflect.TypeOf(b) || !va.Comparable() || !reflect.ValueOf(b).Comparable() {
 		return false
 	}
 	return a == b
@@ -479,12 +491,16 @@ func (b *Builder) writePlain(w io.Writer) (int64, error) {
 		rerr := b.load()
 		if gather {
 			bufs := net.Buffers(b.vec)
+			want := vecLen(b.vec)
 			b.stats.Writev++
 			nw, err := bufs.WriteTo(w)
 			n += nw
 			b.stats.Bytes += nw
 			if err != nil {
 				return n, fmt.Errorf("send: write: %w", err)
+			}
+			if nw < want { // a Write that returned short without an error
+				return n, ErrShortWrite
 			}
 		} else {
 			for _, p := range b.vec {

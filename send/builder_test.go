@@ -291,6 +291,62 @@ func TestPlainWriterErrors(t *testing.T) {
 	}
 }
 
+// halfConn is a net.Conn wrapper whose Write takes half of what it is given
+// and reports no error, breaking io.Writer's contract.
+type halfConn struct {
+	net.Conn
+	buf bytes.Buffer
+}
+
+func (c *halfConn) Write(p []byte) (int, error) {
+	n := (len(p) + 1) / 2
+	c.buf.Write(p[:n])
+	return n, nil
+}
+
+func TestNetConnWrapperShortWrite(t *testing.T) {
+	var b send.Builder
+	b.AddBytes([]byte("hello, "))
+	b.AddBytes(bytes.Repeat([]byte("world"), 1000))
+	c := &halfConn{}
+	n, err := b.WriteTo(c)
+	require.ErrorIs(t, err, send.ErrShortWrite)
+	assert.Less(t, n, b.Len())
+	assert.Equal(t, int64(c.buf.Len()), n, "the count is what the writer took")
+}
+
+// sliceReaderAt is an io.ReaderAt whose values are not comparable.
+type sliceReaderAt []byte
+
+func (r sliceReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	return bytes.NewReader(r).ReadAt(p, off)
+}
+
+// wrappedReaderAt is a comparable type that can hold an incomparable value.
+type wrappedReaderAt struct{ r io.ReaderAt }
+
+func (w wrappedReaderAt) ReadAt(p []byte, off int64) (int, error) { return w.r.ReadAt(p, off) }
+
+func TestAddFileIncomparableSources(t *testing.T) {
+	data := randomBytes(1000, 9)
+	for name, src := range map[string]io.ReaderAt{
+		"slice":            sliceReaderAt(data),
+		"struct of slice":  wrappedReaderAt{sliceReaderAt(data)},
+		"struct of reader": wrappedReaderAt{bytes.NewReader(data)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b send.Builder
+			require.NoError(t, b.AddFile(src, 0, 100))
+			require.NoError(t, b.AddFile(src, 100, 100), "adjacent regions of one source")
+			var out bytes.Buffer
+			n, err := b.WriteTo(&out)
+			require.NoError(t, err)
+			assert.Equal(t, int64(200), n)
+			assert.Equal(t, data[:200], out.Bytes())
+		})
+	}
+}
+
 func TestNetPipeFallback(t *testing.T) {
 	f, data := tempFile(t, 1<<20, 5)
 	c1, c2 := net.Pipe()
