@@ -58,9 +58,11 @@ type TCPOptions struct {
 	// least 4 KiB and at most MaxFrameBytes). A request takes 22 bytes
 	// plus its topic name per partition: 4 MiB holds 80,000 partitions of
 	// 28-byte topic names. A server refuses a larger request from its
-	// header, before reading its body: it answers with an error frame
-	// (ErrFrameTooLarge) and closes the connection. A transport refuses to
-	// send one with ErrFrameTooLarge.
+	// header, before allocating anything for its body: it answers with an
+	// error frame (ErrFrameTooLarge), reads and discards the body (at most
+	// 16 MiB, within RequestTimeout) so that the peer gets that answer
+	// rather than a reset connection, and closes the connection. A
+	// transport refuses to send one with ErrFrameTooLarge.
 	MaxRequestBytes int
 	// IdleTimeout is how long a server waits for the next request on a
 	// connection before it closes the connection (default
@@ -106,9 +108,9 @@ func (o TCPOptions) validate() error {
 	switch {
 	case o.DialTimeout < 0, o.RequestTimeout < 0:
 		return fmt.Errorf("replication: negative TCP timeout")
-	case o.MaxFrameBytes < 4<<10 || uint64(o.MaxFrameBytes) > 1<<32-1:
+	case o.MaxFrameBytes < minFrameBytes || uint64(o.MaxFrameBytes) > 1<<32-1:
 		return fmt.Errorf("replication: MaxFrameBytes %d outside [4 KiB, 4 GiB)", o.MaxFrameBytes)
-	case o.MaxRequestBytes < 4<<10 || o.MaxRequestBytes > o.MaxFrameBytes:
+	case o.MaxRequestBytes < minFrameBytes || o.MaxRequestBytes > o.MaxFrameBytes:
 		return fmt.Errorf("replication: MaxRequestBytes %d outside [4 KiB, MaxFrameBytes %d]", o.MaxRequestBytes, o.MaxFrameBytes)
 	case o.MaxIdleConns < 0:
 		return fmt.Errorf("replication: negative MaxIdleConns")
@@ -337,6 +339,7 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 		return nil, nil, true, false, err
 	}
 	if len(c.wbuf) > t.opts.MaxRequestBytes {
+		c.wbuf = nil // the connection stays pooled; not this buffer
 		return nil, nil, true, false, fmt.Errorf("%w: request of %d bytes, MaxRequestBytes %d", ErrFrameTooLarge, len(c.wbuf), t.opts.MaxRequestBytes)
 	}
 	deadline := time.Now().Add(time.Duration(max(req.MaxWaitMs, 0))*time.Millisecond + t.opts.RequestTimeout)
@@ -530,6 +533,10 @@ func (s *TCPServer) acceptLoop() {
 	}
 }
 
+// keepResponsePartitions is the most partitions a response may have for
+// a server connection to keep its buffers for the next one.
+const keepResponsePartitions = 4096
+
 // serverConn is a connection of a TCPServer with the buffers it reuses
 // from request to request.
 type serverConn struct {
@@ -613,7 +620,7 @@ func (s *TCPServer) readFrame(c *serverConn) (frameHeader, error) {
 		return h, err
 	}
 	setReadTimeout(c.nc, s.opts.RequestTimeout)
-	if c.body, err = readBody(c.br, h.bodyLen, c.body, 64<<10); err != nil {
+	if c.body, err = readBody(c.br, h.bodyLen, c.body, 0); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			s.opts.Logger.Warn("replication: request body not received within RequestTimeout; closing the connection", "remote", c.nc.RemoteAddr(), "bytes", h.bodyLen)
 		}
@@ -641,10 +648,27 @@ func (s *TCPServer) badHeader(c *serverConn, h frameHeader, err error) {
 		s.opts.Logger.Debug("replication: closing a connection idle past IdleTimeout", "remote", c.nc.RemoteAddr())
 	default:
 		s.opts.Logger.Warn("replication: bad frame; closing the connection", "remote", c.nc.RemoteAddr(), "err", err)
-		if errors.Is(err, ErrFrameTooLarge) || errors.Is(err, ErrMalformedFrame) {
-			s.writeError(c, h.corr, err)
+		if (errors.Is(err, ErrFrameTooLarge) || errors.Is(err, ErrMalformedFrame)) && s.writeError(c, h.corr, err) && errors.Is(err, ErrFrameTooLarge) {
+			s.drainRefused(c, h)
 		}
 	}
+}
+
+// maxRefusedDrain bounds what drainRefused reads of a refused request.
+const maxRefusedDrain = 16 << 20
+
+// drainRefused ends the server's side of a connection whose request was
+// refused as too large, once its error frame is written, then reads and
+// discards that request's body (up to maxRefusedDrain bytes, within
+// RequestTimeout). Closing a socket with unread data resets the
+// connection, and a peer still writing that body would then see
+// "connection reset" instead of the error frame.
+func (s *TCPServer) drainRefused(c *serverConn, h frameHeader) {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite() // the peer reads the error, then EOF
+	}
+	setReadTimeout(c.nc, s.opts.RequestTimeout)
+	_, _ = io.CopyN(io.Discard, c.br, int64(min(h.bodyLen, maxRefusedDrain)))
 }
 
 func (s *TCPServer) decodeRequest(h frameHeader, body []byte) (*FetchRequest, error) {
@@ -676,6 +700,11 @@ func (s *TCPServer) answer(c *serverConn, corr uint64, req *FetchRequest) bool {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
 	_, err = c.b.WriteTo(c.nc)
 	c.b.Reset() // forget the segment files
+	if len(resp.Partitions) > keepResponsePartitions || cap(c.scratch) > 1<<20 {
+		// Do not keep a huge response's buffers for the connection's
+		// life: a peer could pin them with small requests.
+		c.scratch, c.b = nil, send.Builder{}
+	}
 	if err != nil && s.ctx.Err() == nil {
 		s.opts.Logger.Warn("replication: writing a fetch response failed", "remote", c.nc.RemoteAddr(), "err", err)
 	}

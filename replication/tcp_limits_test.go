@@ -2,9 +2,11 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -246,4 +248,69 @@ func TestTCPTransportRedialsAfterIdleClose(t *testing.T) {
 		require.NoError(t, err, "fetch %d", i)
 	}
 	require.Equal(t, int32(3), ln.accepted.Load())
+}
+
+// A transport whose MaxRequestBytes is larger than the server's sends a
+// large request in full; the server's ErrFrameTooLarge error frame still
+// reaches the caller, each time.
+func TestTCPServerRefusalReachesALargerClient(t *testing.T) {
+	checkGoroutines(t)
+	data := testData(1 << 10)
+	_, ln := startServer(t, echoHandler(segmentFile(t, data), data, nil), TCPOptions{MaxRequestBytes: 8 << 10})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{MaxRequestBytes: 8 << 20})
+	req := testRequest(150_000) // about 3.5 MiB
+	for range 3 {
+		_, err := tr.Fetch(context.Background(), 0, req)
+		require.ErrorIs(t, err, ErrRemote)
+		require.ErrorIs(t, err, ErrFrameTooLarge)
+	}
+}
+
+// An error frame fits the smallest MaxFrameBytes, so that a peer at that
+// limit gets the error rather than a dropped connection, however long
+// the message (ErrClusterMismatch quotes the request's cluster id).
+func TestTCPErrorFrameFitsTheSmallestLimit(t *testing.T) {
+	checkGoroutines(t)
+	long := errors.New(ErrClusterMismatch.Error() + ": " + strings.Repeat("x", 5000))
+	h := handlerFunc(func(context.Context, *FetchRequest) (*FetchResponse, error) { return nil, long })
+	_, ln := startServer(t, h, TCPOptions{MaxFrameBytes: 4 << 10})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{MaxFrameBytes: 4 << 10})
+	_, err := tr.Fetch(context.Background(), 0, testRequest(1))
+	require.ErrorIs(t, err, ErrRemote)
+	require.ErrorIs(t, err, ErrClusterMismatch)
+}
+
+// A server connection drops the buffers of a response of many partitions
+// once it is sent: a peer must not pin them by sending small requests
+// after it.
+func TestTCPServerDropsLargeResponseBuffers(t *testing.T) {
+	checkGoroutines(t)
+	h := handlerFunc(func(_ context.Context, req *FetchRequest) (*FetchResponse, error) {
+		resp := &FetchResponse{Partitions: make([]FetchPartitionResponse, len(req.Partitions))}
+		for i, p := range req.Partitions {
+			resp.Partitions[i] = FetchPartitionResponse{TopicPartition: p.TopicPartition, Error: CodeUnknownPartition}
+		}
+		return resp, nil
+	})
+	_, ln := startServer(t, h, TCPOptions{})
+	c := rawConn(t, ln.Addr().String())
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	exchange := func(corr uint64, parts int) {
+		frame, err := appendFetchRequestFrame(nil, corr, testRequest(parts))
+		require.NoError(t, err)
+		_, err = c.Write(frame)
+		require.NoError(t, err)
+		hd, _, err := readRaw(t, c)
+		require.NoError(t, err)
+		require.Equal(t, uint8(msgFetchResponse), hd.typ)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	exchange(1, 150_000) // its headers take about 16 MiB of buffers
+	exchange(2, 1)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	kept := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	require.Less(t, kept, int64(2<<20), "heap still grown by %d KiB with the connection idle", kept>>10)
 }

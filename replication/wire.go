@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/replog/replog/send"
@@ -62,13 +63,18 @@ const (
 	// of response partitions; longer lists grow as their entries are
 	// actually decoded.
 	maxPrealloc = 256
-	// maxErrorMessage bounds the message of an error frame.
-	maxErrorMessage = 4 << 10
+	// minFrameBytes is the smallest frame limit (TCPOptions.MaxFrameBytes
+	// and MaxRequestBytes) a peer may set.
+	minFrameBytes = 4 << 10
+	// maxErrorMessage bounds the message of an error frame so that the
+	// frame fits in minFrameBytes: a peer at the smallest limit still
+	// reads the error rather than dropping the connection.
+	maxErrorMessage = minFrameBytes - frameHeaderSize - 2
 )
 
 // frameHeader is a decoded frame header.
 type frameHeader struct {
-	bodyLen int // bytes after the 16-byte header
+	bodyLen int // bytes after the 16-byte header (announced, with ErrFrameTooLarge)
 	version uint8
 	typ     uint8
 	corr    uint64
@@ -91,6 +97,7 @@ func parseFrameHeader(b []byte, maxFrame int) (frameHeader, error) {
 		return h, fmt.Errorf("%w: length %d is shorter than the header", ErrMalformedFrame, length)
 	}
 	if length+4 > int64(maxFrame) {
+		h.bodyLen = int(min(length-frameLengthMin, math.MaxInt32))
 		return h, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, length+4, maxFrame)
 	}
 	h.bodyLen = int(length - frameLengthMin)
@@ -519,17 +526,17 @@ func readFrameHeader(r io.Reader, hdr *[frameHeaderSize]byte, maxFrame int) (fra
 	return parseFrameHeader(hdr[:], maxFrame)
 }
 
-// readStep is how much a body larger than its expected size grows at a
-// time, at least.
-const readStep = 1 << 20
+// bodyFirstRead is the most readBody allocates before any byte of a body
+// has arrived, unless its caller expects more.
+const bodyFirstRead = 64 << 10
 
 // readBody reads a body of n bytes (already checked against the frame
 // limit) from r. It reuses buf when n fits its capacity. Otherwise it
 // allocates up to expect bytes at once (a size the reader asked for, such
-// as its fetch's MaxBytes) and grows beyond that, doubling, only as the
-// bytes arrive: a peer that announces a large frame and sends less costs
-// about what it sent. A stream that ends early gives ErrMalformedFrame
-// wrapping io.ErrUnexpectedEOF.
+// as its fetch's MaxBytes; at least bodyFirstRead) and grows beyond that,
+// doubling, only as the bytes arrive: a peer that announces a large frame
+// and sends less costs about what it sent. A stream that ends early gives
+// ErrMalformedFrame wrapping io.ErrUnexpectedEOF.
 func readBody(r io.Reader, n int, buf []byte, expect int) ([]byte, error) {
 	if n <= cap(buf) {
 		buf = buf[:n]
@@ -538,8 +545,7 @@ func readBody(r io.Reader, n int, buf []byte, expect int) ([]byte, error) {
 		}
 		return buf, nil
 	}
-	size := min(n, max(expect, readStep))
-	buf = make([]byte, size)
+	buf = make([]byte, min(n, max(expect, bodyFirstRead)))
 	got := 0
 	for {
 		m, err := io.ReadFull(r, buf[got:])
