@@ -49,6 +49,14 @@
 // fails to decode within it, the error is ErrTooLarge: it may be corrupt as
 // well, but finding out would take a decode past the limit.
 //
+// The limit is therefore what one call may cost in memory, whatever the
+// input's size: a zstd frame of a few KiB can legitimately decompress to
+// 64 MiB (a compressed block of about ten bytes may make 128 KiB), and its
+// headers cannot tell it from one that makes less, so the buffer for it is
+// sized from the headers (about 128 KiB per 5-byte block at most), up to
+// the limit. A broker that decompresses untrusted batches concurrently
+// should set MaxDecompressedSize to what it can hold that many times over.
+//
 // # Formats written
 //
 // Compress writes what Kafka's Java producer writes, which every Kafka
