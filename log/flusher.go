@@ -2,6 +2,7 @@ package log
 
 import (
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,11 @@ type flusher struct {
 	mu        sync.Mutex
 	pending   []rolled // rolled segments not yet flushed, oldest first
 	deletions []deletion
+	// deleting counts, per base offset, the deleted segments whose files
+	// may still exist (renamed, not yet removed), and deletedSeq numbers
+	// those whose names need a tag (tagDeleted); guarded by mu.
+	deleting   map[int64]int
+	deletedSeq uint64
 	// snapBuf is a flushed snapshot's buffer, kept for the next roll to
 	// encode into: a roll then allocates nothing for its snapshot, and
 	// the append that rolls is not made to assist the garbage collector
@@ -389,16 +395,17 @@ func (f *flusher) deleteSegment(s *segment) (gone bool, err error) {
 }
 
 // renameDeleted renames s's index files, then its data file, to
-// *.deleted. Callers hold flushMu.
+// *.deleted. Callers hold flushMu and Log.mu.
 func (f *flusher) renameDeleted(s *segment) error {
 	l := f.l
+	f.tagDeleted(s)
 	for _, suffix := range []string{indexSuffix, timeIndexSuffix, logSuffix} {
 		p := s.path(suffix)
 		var err error
 		if suffix == logSuffix {
-			err = l.renameSegmentFile(s.file, p, p+deletedSuffix)
+			err = l.renameSegmentFile(s.file, p, s.deletedPath(suffix))
 		} else {
-			err = l.opts.FS.Rename(p, p+deletedSuffix)
+			err = l.opts.FS.Rename(p, s.deletedPath(suffix))
 		}
 		if err != nil && !os.IsNotExist(err) {
 			if suffix != indexSuffix {
@@ -416,6 +423,30 @@ func (f *flusher) renameDeleted(s *segment) error {
 	}
 	l.dirDirty.Store(true)
 	return nil
+}
+
+// tagDeleted gives s's deleted files names no other deleted segment's
+// files have: "<base>.log.deleted", or, when a segment of the same base
+// offset (truncated, then rolled again) is still waiting for its
+// FileDeleteDelay, "<base>.log.<n>.deleted". Renaming onto the waiting
+// one's names would replace its files, which readers of its regions (and
+// a Manager's file cache, reopening them by name) still use, and its
+// removal would then take the newer files early. Callers hold flushMu
+// and Log.mu, which every deletion holds.
+func (f *flusher) tagDeleted(s *segment) {
+	if s.deletedTag != "" {
+		return // a retry keeps the names of the files already renamed
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.deleting == nil {
+		f.deleting = map[int64]int{}
+	}
+	if f.deleting[s.base] > 0 {
+		f.deletedSeq++
+		s.deletedTag = "." + strconv.FormatUint(f.deletedSeq, 10)
+	}
+	f.deleting[s.base]++
 }
 
 // rewriteWhole makes the next flush of x write its file from the start.
@@ -472,8 +503,13 @@ func (f *flusher) deleteAllPending() {
 func (f *flusher) removeFiles(s *segment) {
 	_ = s.close()
 	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
-		if err := f.l.opts.FS.Remove(s.path(suffix) + deletedSuffix); err != nil && !os.IsNotExist(err) {
+		if err := f.l.opts.FS.Remove(s.deletedPath(suffix)); err != nil && !os.IsNotExist(err) {
 			f.l.opts.Logger.Warn("replog/log: removing deleted segment file", "err", err)
 		}
 	}
+	f.mu.Lock()
+	if f.deleting[s.base]--; f.deleting[s.base] <= 0 {
+		delete(f.deleting, s.base)
+	}
+	f.mu.Unlock()
 }

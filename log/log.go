@@ -33,6 +33,10 @@ type Log struct {
 	leo        atomic.Int64               // log end offset: next offset to assign
 	logStart   atomic.Int64
 	hw         atomic.Int64
+	// hwMu is held by whoever stores hw and by whoever lowers leo or
+	// raises logStart, so that SetHighWatermark clamps to bounds that
+	// still hold when it stores (a leaf lock: nothing is taken under it).
+	hwMu sync.Mutex
 	recoveryPt atomic.Int64 // offsets below it are durable; see rpLazy
 
 	unsyncedMsgs int // records since the last sync (appender-only, under mu)
@@ -146,8 +150,9 @@ func (l *Log) HighWatermark() int64 { return min(l.hw.Load(), l.leo.Load()) }
 // the leader as followers catch up; a standalone log may set it after
 // each Sync to expose only durable data.
 func (l *Log) SetHighWatermark(hw int64) {
-	hw = max(min(hw, l.leo.Load()), l.logStart.Load())
-	l.hw.Store(hw)
+	l.hwMu.Lock()
+	l.hw.Store(max(min(hw, l.leo.Load()), l.logStart.Load()))
+	l.hwMu.Unlock()
 	l.waiters.wake()
 }
 

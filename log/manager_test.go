@@ -1187,3 +1187,50 @@ func settledGoroutines(base, limit int) int {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestManagerRegionOfASegmentDeletedTwice: a follower truncates a segment
+// away, the log rolls at the same base offset again, and that segment is
+// truncated away too, within FileDeleteDelay. The two deleted segments'
+// files keep names of their own, so a Region of the first still reads its
+// own bytes when the Manager's file cache reopens its file by name.
+func TestManagerRegionOfASegmentDeletedTwice(t *testing.T) {
+	bb := NewBatchBuilder()
+	one := seqBatch(t, bb, 0, 1, 8)
+	dir := t.TempDir()
+	m, err := OpenManager(dir, ManagerOptions{
+		Log:          Options{SegmentBytes: int64(len(one))}, // a batch per segment
+		MaxOpenFiles: 1,
+	})
+	require.NoError(t, err)
+	defer m.Close()
+	l, err := m.Create("a")
+	require.NoError(t, err)
+	appendSeqs := func(from, n int) {
+		for i := range n {
+			_, err := l.Append(seqBatch(t, bb, uint64(from+i), 1, 8))
+			require.NoError(t, err)
+		}
+	}
+	appendSeqs(0, 3) // segments 0, 1, 2
+	require.Len(t, l.segments(), 3)
+	reg, err := l.ReadRegion(2, ReadOptions{})
+	require.NoError(t, err)
+	want := make([]byte, reg.Length)
+	_, err = reg.File.ReadAt(want, reg.Position)
+	require.NoError(t, err)
+
+	require.NoError(t, l.TruncateTo(1)) // deletes segment 2
+	appendSeqs(1000, 2)                 // a new segment 2, other bytes
+	require.Len(t, l.segments(), 3)
+	require.NoError(t, l.TruncateTo(1))    // deletes the new segment 2
+	_, err = l.Read(nil, 0, ReadOptions{}) // the cache closes the old file
+	require.NoError(t, err)
+
+	got := make([]byte, reg.Length)
+	_, err = reg.File.ReadAt(got, reg.Position)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "the Region reads the batches it was returned for")
+	deleted, err := filepath.Glob(filepath.Join(dir, "a", segmentName(2)+logSuffix+"*"+deletedSuffix))
+	require.NoError(t, err)
+	require.Len(t, deleted, 2, "both deleted data files wait for FileDeleteDelay: %v", deleted)
+}

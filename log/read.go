@@ -18,7 +18,12 @@ type ReadOptions struct {
 
 // Region is a run of whole batches inside a segment file, for zero-copy
 // sending (package send writes it with sendfile). File stays readable
-// until the segment is deleted and FileDeleteDelay has passed.
+// until the segment is deleted and FileDeleteDelay has passed, and its
+// bytes stay those batches until then, unless TruncateTo cuts below
+// NextOffset inside the same segment: the segment file is then truncated
+// in place, and the log's next appends write new batches at those
+// positions (as in Kafka). Send a Region soon after reading it, or copy
+// it (Read) where a truncation may come between.
 type Region struct {
 	// File is the segment file; with the real filesystem it is an *os.File.
 	File io.ReaderAt

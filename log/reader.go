@@ -107,7 +107,7 @@ func (r *Reader) Next(ctx context.Context) (Batch, error) {
 		if err != nil || b != nil {
 			return b, err
 		}
-		if err := r.l.WaitForData(ctx, max(r.next, r.wait), r.opts.UpToHighWatermark); err != nil {
+		if err := r.l.waitForData(ctx, max(r.next, r.wait), r.opts.UpToHighWatermark, &r.gen); err != nil {
 			return nil, err
 		}
 	}
@@ -198,7 +198,11 @@ func (r *Reader) fill(end int64) (retry bool, err error) {
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
 	// Truncation and segment deletion hold readMu exclusively: from here
-	// on the position cannot move under the reader.
+	// on the position cannot move under the reader. Close sets closed
+	// before it takes readMu to close the files.
+	if l.closed.Load() {
+		return false, ErrClosed
+	}
 	if l.truncations.gen.Load() != r.gen || r.next < l.logStart.Load() {
 		return true, nil
 	}

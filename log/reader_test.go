@@ -64,7 +64,7 @@ func waitingIn(fn string) int {
 func awaitWaiting(tb testing.TB, n int) {
 	tb.Helper()
 	deadline := time.Now().Add(hangGuard)
-	for waitingIn("log.(*Log).WaitForData(") < n {
+	for waitingIn("log.(*Log).waitForData(") < n {
 		if time.Now().After(deadline) {
 			tb.Fatalf("fewer than %d goroutines ever waited in WaitForData", n)
 		}
@@ -853,4 +853,74 @@ func TestReaderWaitsInATailGap(t *testing.T) {
 	b, err := r.Next(ctx)
 	require.NoError(t, err)
 	require.Equal(t, next, []byte(b))
+}
+
+// A Reader waiting past the log end learns of a truncation below its
+// position at once, and goes on from the cut, even if the log never grows
+// back to where it waited.
+func TestReaderWaitingIsToldOfATruncation(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	bb := NewBatchBuilder()
+	for i := range 10 {
+		_, err := l.Append(seqBatch(t, bb, uint64(i), 1, 8))
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	r := l.NewReader(10, ReaderOptions{})
+	got := make(chan error, 1)
+	go func() {
+		_, err := r.Next(ctx)
+		got <- err
+	}()
+	awaitWaiting(t, 1)
+	require.NoError(t, l.TruncateTo(5))
+	require.ErrorIs(t, <-got, ErrTruncated)
+	require.Equal(t, int64(5), r.Offset())
+	_, err = l.Append(seqBatch(t, bb, 100, 1, 16))
+	require.NoError(t, err)
+	b, err := r.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), b.BaseOffset())
+	require.Equal(t, uint64(100), seqOf(t, b))
+}
+
+// Raising the log start raises the high watermark with it, which wakes
+// whoever waits for the high watermark to pass an offset below it.
+func TestWaitForDataWokenByTheLogStartRaisingTheHighWatermark(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	bb := NewBatchBuilder()
+	for i := range 10 {
+		_, err := l.Append(seqBatch(t, bb, uint64(i), 1, 8))
+		require.NoError(t, err)
+	}
+	l.SetHighWatermark(5)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- l.WaitForData(ctx, 5, true) }()
+	awaitWaiting(t, 1)
+	require.NoError(t, l.DeleteRecordsBefore(8))
+	require.Equal(t, int64(8), l.HighWatermark())
+	require.NoError(t, <-got)
+}
+
+// A Reader that finds the log closed between its checks and its read of
+// the files reports ErrClosed, not the closed file's error.
+func TestReaderFillAfterCloseIsErrClosed(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	bb := NewBatchBuilder()
+	for i := range 3 {
+		_, err := l.Append(seqBatch(t, bb, uint64(i), 1, 8))
+		require.NoError(t, err)
+	}
+	r := l.NewReader(0, ReaderOptions{})
+	require.NoError(t, l.Close())
+	_, err = r.fill(3) // as if Close came right after tryNext's check
+	require.ErrorIs(t, err, ErrClosed)
 }

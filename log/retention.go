@@ -80,13 +80,17 @@ func (l *Log) ApplyRetention() (int, error) {
 }
 
 // raiseLogStart moves the log start offset up to start, and the high
-// watermark and the leader epochs with it. Callers hold l.mu and have
+// watermark and the leader epochs with it, and wakes waiters (a high
+// watermark that moved may pass their offset). Callers hold l.mu and have
 // checkpointed start if it must survive a reopen.
 func (l *Log) raiseLogStart(start int64) error {
+	l.hwMu.Lock()
 	l.logStart.Store(start)
 	if l.hw.Load() < start {
 		l.hw.Store(start)
 	}
+	l.hwMu.Unlock()
+	l.waiters.wake()
 	if err := l.truncateEpochsFromStart(start); err != nil {
 		return l.fail(err)
 	}

@@ -72,10 +72,20 @@ type segment struct {
 	rollBase   time.Time     // when the segment was created (or reopened)
 	jitter     time.Duration // subtracted from the roll age
 	spareAsked bool          // the next segment's spare file was requested
+
+	// deletedTag goes between a deleted segment's file names and
+	// ".deleted" (flusher.renameDeleted), set under the flusher's
+	// flushMu.
+	deletedTag string
 }
 
 func (s *segment) path(suffix string) string {
 	return filepath.Join(s.dir, segmentName(s.base)+suffix)
+}
+
+// deletedPath is the name of s's file with suffix once s is deleted.
+func (s *segment) deletedPath(suffix string) string {
+	return s.path(suffix) + s.deletedTag + deletedSuffix
 }
 
 func newSegmentValue(c segConfig, base int64, f vfs.File, indexesLoaded bool) *segment {

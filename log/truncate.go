@@ -168,10 +168,12 @@ func (l *Log) recomputeTail(s *segment) error {
 // error is from the recovery point's checkpoint, and has failed the log.
 func (l *Log) afterTruncation(newLEO int64) error {
 	l.truncations.add(newLEO)
+	l.hwMu.Lock()
 	l.leo.Store(newLEO)
 	if l.hw.Load() > newLEO {
 		l.hw.Store(newLEO)
 	}
+	l.hwMu.Unlock()
 	l.sync.mu.Lock()
 	l.sync.durable = min(l.sync.durable, newLEO)
 	l.sync.mu.Unlock()
@@ -250,9 +252,11 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if err := l.clearEpochs(); err != nil {
 		return l.fail(err)
 	}
+	l.hwMu.Lock()
 	l.logStart.Store(offset)
 	l.leo.Store(offset)
 	l.hw.Store(offset)
+	l.hwMu.Unlock()
 	l.sync.mu.Lock()
 	l.sync.durable = offset
 	l.sync.mu.Unlock()

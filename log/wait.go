@@ -42,6 +42,13 @@ func (w *waitList) wake() {
 // offset. It returns ctx.Err() if ctx ends first and ErrClosed if the Log
 // is closed meanwhile.
 func (l *Log) WaitForData(ctx context.Context, offset int64, upToHighWatermark bool) error {
+	return l.waitForData(ctx, offset, upToHighWatermark, nil)
+}
+
+// waitForData is WaitForData that, given a Reader's truncation generation
+// gen, also returns (nil) once a truncation made gen stale: the Reader
+// must then look again, since it may now be past the log end.
+func (l *Log) waitForData(ctx context.Context, offset int64, upToHighWatermark bool, gen *uint64) error {
 	for {
 		ch := l.waiters.channel()
 		if l.closed.Load() {
@@ -51,7 +58,7 @@ func (l *Log) WaitForData(ctx context.Context, offset int64, upToHighWatermark b
 		if upToHighWatermark {
 			end = l.HighWatermark()
 		}
-		if end > offset {
+		if end > offset || gen != nil && l.truncations.gen.Load() != *gen {
 			return nil
 		}
 		select {
