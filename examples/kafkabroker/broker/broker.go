@@ -25,6 +25,7 @@ const (
 	DefaultPartitions        = 1
 	DefaultMaxRequestBytes   = 100 << 20 // Kafka's socket.request.max.bytes
 	DefaultMaxPartitionCount = 10_000
+	DefaultIdleTimeout       = 10 * time.Minute // Kafka's connections.max.idle.ms
 )
 
 // Config configures a Broker.
@@ -44,6 +45,10 @@ type Config struct {
 	// connection before anything is allocated for it
 	// (DefaultMaxRequestBytes when zero).
 	MaxRequestBytes int
+	// IdleTimeout closes a connection that sends no request for that long,
+	// or does not take a response within it (DefaultIdleTimeout when
+	// zero).
+	IdleTimeout time.Duration
 	// Log is the template of every partition's log options (segment size,
 	// fsync policy...). Its zero value gives replog's defaults.
 	Log replog.Options
@@ -70,6 +75,12 @@ func (c *Config) validate() error {
 	if c.MaxRequestBytes < 1024 {
 		return fmt.Errorf("broker: Config.MaxRequestBytes %d below 1024", c.MaxRequestBytes)
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.IdleTimeout < 0 {
+		return fmt.Errorf("broker: Config.IdleTimeout %v is negative", c.IdleTimeout)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -94,11 +105,15 @@ type Broker struct {
 	// fetchWaits counts the fetches waiting in a long poll (see
 	// waitForFetch); tests wait for it before closing the broker.
 	fetchWaits atomic.Int64
+	hwMoved    notifier // wakes long polls
 
 	mu     sync.RWMutex
 	topics map[string][]*partition // guarded by mu; slices are never modified once stored
-	conns  map[net.Conn]struct{}   // guarded by mu
-	closed bool                    // guarded by mu
+	// creating holds the topics whose logs createTopic is creating;
+	// guarded by mu.
+	creating map[string]bool
+	conns    map[net.Conn]struct{} // guarded by mu
+	closed   bool                  // guarded by mu
 
 	wg        sync.WaitGroup // accept loop and connection goroutines
 	closeOnce sync.Once
@@ -107,8 +122,37 @@ type Broker struct {
 // partition is one topic-partition: its log, and the lock that keeps its
 // high watermark moving forward when appends race.
 type partition struct {
-	log  *replog.Log
-	hwMu sync.Mutex
+	log   *replog.Log
+	hwMu  sync.Mutex
+	moved *notifier // the broker's: told when the high watermark moves
+}
+
+// notifier wakes every long-polled fetch when any partition's high
+// watermark moves: one channel, closed and replaced, rather than a
+// goroutine per partition a waiting fetch names.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// channel returns the channel the next wake closes.
+func (n *notifier) channel() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+// wake releases everyone waiting on the current channel.
+func (n *notifier) wake() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
 }
 
 // advanceHighWatermark sets the high watermark to the log end offset: on a
@@ -116,10 +160,15 @@ type partition struct {
 // caller from setting an older end offset after a faster one.
 func (p *partition) advanceHighWatermark() {
 	p.hwMu.Lock()
+	moved := false
 	if leo := p.log.LogEndOffset(); leo > p.log.HighWatermark() {
 		p.log.SetHighWatermark(leo)
+		moved = true
 	}
 	p.hwMu.Unlock()
+	if moved {
+		p.moved.wake()
+	}
 }
 
 // Start opens the data directory, listens on cfg.Addr and serves until Close.
@@ -131,10 +180,11 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		topics: make(map[string][]*partition),
-		conns:  make(map[net.Conn]struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		topics:   make(map[string][]*partition),
+		creating: make(map[string]bool),
+		conns:    make(map[net.Conn]struct{}),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	var err error
@@ -286,7 +336,7 @@ func (b *Broker) openPartitions(topic string, n int) ([]*partition, error) {
 		// One node: everything in the log is committed, also what a crash
 		// left above the last checkpointed high watermark.
 		l.SetHighWatermark(l.LogEndOffset())
-		parts[i] = &partition{log: l}
+		parts[i] = &partition{log: l, moved: &b.hwMoved}
 	}
 	return parts, nil
 }
@@ -329,15 +379,25 @@ func (b *Broker) createTopic(topic string, n int) int16 {
 	if n < 1 || n > DefaultMaxPartitionCount {
 		return errInvalidPartitions
 	}
+	// The name is reserved under the lock and the logs are created
+	// without it, so that requests for other topics do not wait for
+	// thousands of directories to be made.
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	_, exists := b.topics[topic]
+	switch {
+	case b.closed:
+		b.mu.Unlock()
 		return errNotLeader
-	}
-	if _, ok := b.topics[topic]; ok {
+	case exists || b.creating[topic]:
+		b.mu.Unlock()
 		return errTopicAlreadyExists
 	}
+	b.creating[topic] = true
+	b.mu.Unlock()
 	parts, err := b.openPartitions(topic, n)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.creating, topic)
 	if err != nil {
 		b.log.Error("create topic", "topic", topic, "err", err)
 		return errStorage

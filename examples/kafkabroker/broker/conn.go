@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime/debug"
 	"slices"
+	"time"
 
 	"github.com/replog/replog/send"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -39,12 +40,19 @@ type header struct {
 // closed.
 var errFrame = errors.New("broker: malformed request")
 
-// keepRequestBuffer is the largest request buffer kept between requests;
-// larger ones are dropped so that an idle connection holds little memory.
-const keepRequestBuffer = 16 << 20
+// keepBuffer is the largest request or response buffer a connection keeps
+// between requests; larger ones are dropped so that an idle connection
+// holds little memory.
+const keepBuffer = 1 << 20
+
+// firstRead is the most readRequest allocates for a request before any of
+// its bytes arrived; the buffer then doubles as they do.
+const firstRead = 64 << 10
 
 func (b *Broker) serveConn(c net.Conn) {
-	cc := &conn{b: b, c: c, r: bufio.NewReaderSize(c, 64<<10), builder: send.NewBuilder(send.Options{})}
+	// A small read buffer: request bodies larger than it are read
+	// straight into cc.req.
+	cc := &conn{b: b, c: c, r: bufio.NewReaderSize(c, 4<<10), builder: send.NewBuilder(send.Options{})}
 	defer c.Close()
 	defer func() {
 		// Handlers are written not to panic on any input; this keeps a bug
@@ -67,18 +75,24 @@ func (b *Broker) serveConn(c net.Conn) {
 				"key", h.key, "version", h.version, "err", err)
 			return
 		}
-		if cap(cc.req) > keepRequestBuffer {
+		if cap(cc.req) > keepBuffer {
 			cc.req = nil
+		}
+		if cap(cc.resp) > keepBuffer {
+			// A fetch's headers were also copied into the builder.
+			cc.resp, cc.builder = nil, send.NewBuilder(send.Options{})
 		}
 	}
 }
 
 // readRequest reads one size-prefixed request and parses its header. The
 // size is checked against MaxRequestBytes before anything is allocated, and
-// the buffer then grows with the bytes actually received, so a client
-// announcing a large request and sending nothing costs no memory.
+// the buffer then grows with the bytes actually received (from firstRead,
+// doubling), so a client announcing a large request and sending nothing
+// costs little memory. A connection idle for IdleTimeout is closed.
 func (cc *conn) readRequest() (header, []byte, error) {
 	var sz [4]byte
+	_ = cc.c.SetReadDeadline(time.Now().Add(cc.b.cfg.IdleTimeout))
 	if _, err := io.ReadFull(cc.r, sz[:]); err != nil {
 		return header{}, nil, err
 	}
@@ -88,7 +102,7 @@ func (cc *conn) readRequest() (header, []byte, error) {
 	}
 	buf := cc.req[:0]
 	for len(buf) < int(size) {
-		chunk := min(int(size)-len(buf), 1<<20)
+		chunk := min(int(size)-len(buf), max(len(buf), firstRead))
 		buf = slices.Grow(buf, chunk)
 		n, err := io.ReadFull(cc.r, buf[len(buf):len(buf)+chunk])
 		buf = buf[:len(buf)+n]
@@ -190,6 +204,7 @@ func (cc *conn) writeResponse(h header, resp kmsg.Response) error {
 	buf = resp.AppendTo(buf)
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	cc.resp = buf
+	_ = cc.c.SetWriteDeadline(time.Now().Add(cc.b.cfg.IdleTimeout))
 	_, err := cc.c.Write(buf)
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"sync"
 	"time"
 
 	replog "github.com/replog/replog/log"
@@ -118,36 +117,37 @@ func (b *Broker) readFetchPart(fp *fetchPart, remaining int64, first bool) int16
 
 // waitForFetch waits until one of the partitions has records past what the
 // last read saw, or deadline passes. It returns false when the broker is
-// closing.
+// closing. It starts nothing: it looks again each time any partition's
+// high watermark moves.
 func (b *Broker) waitForFetch(topics []fetchTopic, deadline time.Time) bool {
 	ctx, cancel := context.WithDeadline(b.ctx, deadline)
 	defer cancel()
-	woke := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	for i := range topics {
-		for _, fp := range topics[i].parts {
-			if fp.p == nil {
-				continue
-			}
-			wg.Go(func() {
-				if fp.p.log.WaitForData(ctx, fp.waitFrom, true) == nil {
-					select {
-					case woke <- struct{}{}:
-					default:
-					}
-				}
-			})
+	b.fetchWaits.Add(1)
+	defer b.fetchWaits.Add(-1)
+	for {
+		moved := b.hwMoved.channel()
+		if fetchHasNews(topics) {
+			return true
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return b.ctx.Err() == nil
 		}
 	}
-	b.fetchWaits.Add(1)
-	select {
-	case <-woke:
-	case <-ctx.Done():
+}
+
+// fetchHasNews reports whether a partition's high watermark passed where
+// the last read of it stopped.
+func fetchHasNews(topics []fetchTopic) bool {
+	for i := range topics {
+		for _, fp := range topics[i].parts {
+			if fp.p != nil && fp.p.log.HighWatermark() > fp.waitFrom {
+				return true
+			}
+		}
 	}
-	cancel()
-	wg.Wait()
-	b.fetchWaits.Add(-1)
-	return b.ctx.Err() == nil
+	return false
 }
 
 // writeFetch encodes a fetch response (v4-v11) and sends it with the
@@ -216,6 +216,7 @@ func (cc *conn) writeFetch(h header, version int16, topics []fetchTopic) error {
 		prev = cuts[i]
 	}
 	bl.AddCopy(hdr[prev:])
+	_ = cc.c.SetWriteDeadline(time.Now().Add(cc.b.cfg.IdleTimeout))
 	_, err := bl.WriteTo(cc.c)
 	bl.Reset() // drop the file references
 	return err

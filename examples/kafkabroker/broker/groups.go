@@ -146,17 +146,20 @@ func (c *coordinator) join(ctx context.Context, req *kmsg.JoinGroupRequest, clie
 		return nil
 	}
 	g := c.groups[req.Group]
-	if g == nil {
-		g = &group{id: req.Group, members: make(map[string]*member)}
-		c.groups[req.Group] = g
-	}
 	var m *member
 	if req.MemberID != "" {
-		if m = g.members[req.MemberID]; m == nil {
+		if g != nil {
+			m = g.members[req.MemberID]
+		}
+		if m == nil {
 			c.mu.Unlock()
 			resp.ErrorCode = errUnknownMemberID
 			return resp
 		}
+	}
+	if g == nil { // created with its first member, not by a refused join
+		g = &group{id: req.Group, members: make(map[string]*member)}
+		c.groups[req.Group] = g
 	}
 	if !g.accepts(m, req.ProtocolType, req.Protocols) {
 		c.mu.Unlock()

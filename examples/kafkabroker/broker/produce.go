@@ -13,11 +13,9 @@ import (
 // fsynced before the answer.
 func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	type appended struct {
-		p    *partition
-		resp *kmsg.ProduceResponseTopicPartition
-	}
-	var toSync []appended
+	// acks=-1: the partitions to fsync, each once however many times
+	// the request names it, with the answers that wait for it.
+	toSync := map[*partition][]*kmsg.ProduceResponseTopicPartition{}
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
@@ -52,7 +50,7 @@ func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 			rp.BaseOffset = info.FirstOffset
 			rp.LogStartOffset = p.log.LogStartOffset()
 			if req.Acks == -1 {
-				toSync = append(toSync, appended{p, rp})
+				toSync[p] = append(toSync[p], rp)
 			}
 		}
 		resp.Topics = append(resp.Topics, rt)
@@ -61,12 +59,14 @@ func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 	// The logs are fsynced in parallel; each Log shares one fsync among
 	// concurrent callers.
 	var wg sync.WaitGroup
-	for _, a := range toSync {
+	for p, answers := range toSync {
 		wg.Go(func() {
-			if err := a.p.log.Sync(); err != nil {
-				b.log.Error("sync", "dir", a.p.log.Dir(), "err", err)
-				a.resp.ErrorCode = errStorage
-				a.resp.BaseOffset = -1
+			if err := p.log.Sync(); err != nil {
+				b.log.Error("sync", "dir", p.log.Dir(), "err", err)
+				for _, rp := range answers {
+					rp.ErrorCode = errStorage
+					rp.BaseOffset = -1
+				}
 			}
 		})
 	}
