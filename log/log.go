@@ -33,11 +33,11 @@ type Log struct {
 	leo        atomic.Int64               // log end offset: next offset to assign
 	logStart   atomic.Int64
 	hw         atomic.Int64
+	recoveryPt atomic.Int64 // offsets below it are durable; see rpLazy
 	// hwMu is held by whoever stores hw and by whoever lowers leo or
 	// raises logStart, so that SetHighWatermark clamps to bounds that
 	// still hold when it stores (a leaf lock: nothing is taken under it).
 	hwMu sync.Mutex
-	recoveryPt atomic.Int64 // offsets below it are durable; see rpLazy
 
 	unsyncedMsgs int // records since the last sync (appender-only, under mu)
 	dirDirty     atomic.Bool
