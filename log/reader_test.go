@@ -855,18 +855,26 @@ func TestReaderWaitsInATailGap(t *testing.T) {
 	require.Equal(t, next, []byte(b))
 }
 
+// logOfOneRecordBatches opens a log in a new directory and appends n
+// batches of one record, seqBatch 0 to n-1, at offsets 0 to n-1.
+func logOfOneRecordBatches(t *testing.T, n int) (*Log, *BatchBuilder) {
+	t.Helper()
+	l, err := Open(t.TempDir(), Options{})
+	require.NoError(t, err)
+	bb := NewBatchBuilder()
+	for i := range n {
+		_, err := l.Append(seqBatch(t, bb, uint64(i), 1, 8))
+		require.NoError(t, err)
+	}
+	return l, bb
+}
+
 // A Reader waiting past the log end learns of a truncation below its
 // position at once, and goes on from the cut, even if the log never grows
 // back to where it waited.
 func TestReaderWaitingIsToldOfATruncation(t *testing.T) {
-	l, err := Open(t.TempDir(), Options{})
-	require.NoError(t, err)
+	l, bb := logOfOneRecordBatches(t, 10)
 	defer l.Close()
-	bb := NewBatchBuilder()
-	for i := range 10 {
-		_, err := l.Append(seqBatch(t, bb, uint64(i), 1, 8))
-		require.NoError(t, err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	r := l.NewReader(10, ReaderOptions{})
@@ -879,7 +887,7 @@ func TestReaderWaitingIsToldOfATruncation(t *testing.T) {
 	require.NoError(t, l.TruncateTo(5))
 	require.ErrorIs(t, <-got, ErrTruncated)
 	require.Equal(t, int64(5), r.Offset())
-	_, err = l.Append(seqBatch(t, bb, 100, 1, 16))
+	_, err := l.Append(seqBatch(t, bb, 100, 1, 16))
 	require.NoError(t, err)
 	b, err := r.Next(ctx)
 	require.NoError(t, err)
@@ -890,14 +898,8 @@ func TestReaderWaitingIsToldOfATruncation(t *testing.T) {
 // Raising the log start raises the high watermark with it, which wakes
 // whoever waits for the high watermark to pass an offset below it.
 func TestWaitForDataWokenByTheLogStartRaisingTheHighWatermark(t *testing.T) {
-	l, err := Open(t.TempDir(), Options{})
-	require.NoError(t, err)
+	l, _ := logOfOneRecordBatches(t, 10)
 	defer l.Close()
-	bb := NewBatchBuilder()
-	for i := range 10 {
-		_, err := l.Append(seqBatch(t, bb, uint64(i), 1, 8))
-		require.NoError(t, err)
-	}
 	l.SetHighWatermark(5)
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
@@ -912,15 +914,9 @@ func TestWaitForDataWokenByTheLogStartRaisingTheHighWatermark(t *testing.T) {
 // A Reader that finds the log closed between its checks and its read of
 // the files reports ErrClosed, not the closed file's error.
 func TestReaderFillAfterCloseIsErrClosed(t *testing.T) {
-	l, err := Open(t.TempDir(), Options{})
-	require.NoError(t, err)
-	bb := NewBatchBuilder()
-	for i := range 3 {
-		_, err := l.Append(seqBatch(t, bb, uint64(i), 1, 8))
-		require.NoError(t, err)
-	}
+	l, _ := logOfOneRecordBatches(t, 3)
 	r := l.NewReader(0, ReaderOptions{})
 	require.NoError(t, l.Close())
-	_, err = r.fill(3) // as if Close came right after tryNext's check
+	_, err := r.fill(3) // as if Close came right after tryNext's check
 	require.ErrorIs(t, err, ErrClosed)
 }
