@@ -184,8 +184,9 @@ func (l *Log) failure() error {
 // fail records a failed fsync; every later append and sync returns it.
 func (l *Log) fail(err error) error {
 	wrapped := fmt.Errorf("%w: %w", ErrSyncFailed, err)
-	l.failed.CompareAndSwap(nil, &wrapped)
-	l.opts.Logger.Error("replog/log: fsync failed; the log refuses writes until reopened", "dir", l.dir, "err", err)
+	if l.failed.CompareAndSwap(nil, &wrapped) {
+		l.opts.Logger.Error("replog/log: fsync failed; the log refuses writes until reopened", "dir", l.dir, "err", err)
+	}
 	return *l.failed.Load()
 }
 

@@ -75,6 +75,10 @@ func (l *Log) Sync() error {
 	err := l.syncData()
 	if err != nil {
 		err = l.fail(err)
+	} else if ferr := l.failedErr(); ferr != nil {
+		// Another fsync failed meanwhile (the flusher's): the log's
+		// durability can no longer be vouched for.
+		err = ferr
 	}
 
 	s.mu.Lock()
@@ -122,18 +126,24 @@ func (l *Log) syncSegment(s *segment) error {
 	return nil
 }
 
-// syncDirIfDirty fsyncs the log directory if an entry changed.
+// syncDirIfDirty fsyncs the log directory if an entry changed. A failure
+// fails the log before the lock is released, so that a Sync waiting for
+// the lock does not retry the fsync (whose success would then prove
+// nothing) and report the directory durable.
 func (l *Log) syncDirIfDirty() error {
 	// Without the lock, a Sync finding the flag taken by the flusher would
 	// return before the flusher's fsync completed, or after it failed.
 	l.dirSyncMu.Lock()
 	defer l.dirSyncMu.Unlock()
+	if err := l.failedErr(); err != nil {
+		return err
+	}
 	if !l.dirDirty.Swap(false) {
 		return nil
 	}
 	if err := l.opts.FS.SyncDir(l.dir); err != nil {
 		l.dirDirty.Store(true)
-		return err
+		return l.fail(err)
 	}
 	l.stats.fsyncs.Add(1)
 	return nil

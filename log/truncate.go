@@ -85,6 +85,18 @@ func (l *Log) TruncateTo(offset int64) error {
 	l.bg.flushMu.Lock()
 	l.bg.forget(s) // s is the active segment again
 	l.bg.flushMu.Unlock()
+	// Before s is cut, durably: the later segments' deletion, so that a
+	// crash cannot bring them back behind a cut segment (a hole in the
+	// offsets), and a recovery point no higher than s, so that recovery
+	// scans s whatever state the crash left it in.
+	if err := l.syncDirIfDirty(); err != nil {
+		return l.fail(err)
+	}
+	if l.recoveryPt.Load() > s.base {
+		if err := l.writeRecoveryPoint(s.base); err != nil {
+			return err
+		}
+	}
 	if err := l.truncateSegment(s, pos, newLEO); err != nil {
 		return l.fail(err)
 	}

@@ -351,3 +351,105 @@ func TestTruncationFaultEveryOperation(t *testing.T) {
 		return inj
 	})
 }
+
+// crashAfterOps lets n operations pass once armed, then fails every later
+// one with vfs.ErrCrashed, as a power loss at that point would.
+type crashAfterOps struct {
+	armed atomic.Bool
+	n     int64
+	count atomic.Int64
+	hit   atomic.Bool
+}
+
+func (c *crashAfterOps) Inject(op vfs.Op) vfs.Fault {
+	if !c.armed.Load() || c.count.Add(1)-1 < c.n {
+		return vfs.Fault{}
+	}
+	c.hit.Store(true)
+	return vfs.Fault{Err: vfs.ErrCrashed}
+}
+
+// TestTruncateToPowerLossAtEveryOperation: power is lost at operation 0,
+// 1, 2, ... of a TruncateTo that deletes later segments and cuts one.
+// After reopening the crash image the offsets are dense (A2: the later
+// segments never come back behind the cut one) and every batch below the
+// cut is there.
+func TestTruncateToPowerLossAtEveryOperation(t *testing.T) {
+	for k := int64(0); ; k++ {
+		mem := vfs.NewMem()
+		inj := &crashAfterOps{n: k}
+		opts := testLogOptions(vfs.NewErrorFS(mem, inj))
+		opts.CheckpointInterval = -1 // the recovery point follows each roll
+		opts.FileDeleteDelay = time.Hour
+		l, err := Open(crashDir, opts)
+		require.NoError(t, err)
+		for i := range 150 {
+			_, err := l.Append(buildBatch(t, 3, 60, int64(i)*10))
+			require.NoError(t, err)
+		}
+		require.NoError(t, l.Sync())
+		waitRecoveryPoint(t, l)
+		segs := l.segments()
+		require.Greater(t, len(segs), 3)
+		cut := segs[1].base + 3 // TruncateTo(base+5) removes the batch [base+3, base+6)
+		inj.armed.Store(true)
+		terr := l.TruncateTo(segs[1].base + 5)
+		_ = l.Close()
+		if !inj.hit.Load() {
+			require.NoError(t, terr)
+			require.Positive(t, k, "the truncation must do some operation")
+			return
+		}
+		l2, err := Open(crashDir, testLogOptions(mem.CrashClone(vfs.CrashOptions{})))
+		require.NoError(t, err, "power loss at operation %d", k)
+		st, err := tryReadState(l2)
+		require.NoError(t, err, "power loss at operation %d of the truncation", k)
+		require.GreaterOrEqual(t, st.end, cut, "power loss at operation %d: a batch below the cut is gone", k)
+		require.NoError(t, l2.Close())
+	}
+}
+
+// TestSyncAfterTheFlushersDirectoryFsyncFailed: a Sync that waited for
+// the flusher's directory fsync, which failed, reports the failure rather
+// than retrying the fsync and acknowledging.
+func TestSyncAfterTheFlushersDirectoryFsyncFailed(t *testing.T) {
+	inj := &slowDirSyncFailure{dir: crashDir, delay: 200 * time.Millisecond, inFlight: make(chan struct{})}
+	opts := testLogOptions(vfs.NewErrorFS(vfs.NewMem(), inj))
+	opts.CheckpointInterval = -1
+	l, err := Open(crashDir, opts)
+	require.NoError(t, err)
+	defer l.Close()
+	segs := len(l.segments())
+	inj.armed.Store(true)
+	for len(l.segments()) == segs { // a roll: the flusher syncs the directory
+		_, err := l.Append(buildBatch(t, 3, 60, 1000))
+		require.NoError(t, err)
+	}
+	_, err = l.Append(buildBatch(t, 3, 60, 1000))
+	require.NoError(t, err)
+	select {
+	case <-inj.inFlight:
+	case <-time.After(hangGuard):
+		t.Fatal("the flusher never synced the directory")
+	}
+	require.ErrorIs(t, l.Sync(), ErrSyncFailed)
+}
+
+// slowDirSyncFailure fails the first fsync of dir once armed, after a
+// delay during which a Sync can come to wait for it.
+type slowDirSyncFailure struct {
+	armed    atomic.Bool
+	fired    atomic.Bool
+	dir      string
+	delay    time.Duration
+	inFlight chan struct{}
+}
+
+func (f *slowDirSyncFailure) Inject(op vfs.Op) vfs.Fault {
+	if !f.armed.Load() || op.Kind != vfs.OpSyncDir || op.Path != f.dir || !f.fired.CompareAndSwap(false, true) {
+		return vfs.Fault{}
+	}
+	close(f.inFlight)
+	time.Sleep(f.delay)
+	return vfs.Fault{Err: syscall.EIO}
+}
