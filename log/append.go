@@ -134,7 +134,7 @@ func (l *Log) AppendAsFollower(batches []byte) (AppendInfo, error) {
 
 // validateBatches checks every batch without holding the lock and counts
 // records, bytes and the largest timestamp. A leader's batches must also
-// pass checkLeaderCounts, and compressed ones are decompressed and their
+// pass checkLeaderRules, and compressed ones are decompressed and their
 // records checked; a follower's must have non-negative base offsets.
 func (l *Log) validateBatches(batches []byte, leader bool) (AppendInfo, error) {
 	var info AppendInfo
@@ -156,7 +156,7 @@ func (l *Log) validateBatches(batches []byte, leader bool) (AppendInfo, error) {
 			return info, err
 		}
 		if leader {
-			if err := b.checkLeaderCounts(); err != nil {
+			if err := b.checkLeaderRules(); err != nil {
 				return info, err
 			}
 			if b.CodecID() != 0 {

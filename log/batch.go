@@ -222,18 +222,24 @@ func (b Batch) Validate() error {
 	return nil
 }
 
-// checkLeaderCounts applies the rules Kafka's leader applies to a v2 batch
+// checkLeaderRules applies the rules Kafka's leader applies to a v2 batch
 // from a producer (LogValidator.validateBatch) on top of Validate: at
-// least one record, and a last offset delta of exactly count-1, for
-// compressed batches too. Followers do not apply them: a compacted batch
-// may hold fewer records than its offset range, or none.
-func (b Batch) checkLeaderCounts() error {
+// least one record, a last offset delta of exactly count-1, for
+// compressed batches too, and, with a producer id, a sequence and an
+// epoch that are not negative (without them the producer-state checks
+// would have nothing to compare, and two different batches would look
+// like retries of each other). Followers do not apply them: a compacted
+// batch may hold fewer records than its offset range, or none.
+func (b Batch) checkLeaderRules() error {
 	count, delta := b.RecordCount(), b.LastOffsetDelta()
 	if count <= 0 {
 		return fmt.Errorf("%w: leader batch with %d records", ErrInvalidRecord, count)
 	}
 	if delta != count-1 {
 		return fmt.Errorf("%w: last offset delta %d with %d records", ErrInvalidRecord, delta, count)
+	}
+	if pid := b.ProducerID(); pid != NoProducerID && (b.BaseSequence() < 0 || b.ProducerEpoch() < 0) {
+		return fmt.Errorf("%w: producer id %d with sequence %d and epoch %d", ErrInvalidRecord, pid, b.BaseSequence(), b.ProducerEpoch())
 	}
 	return nil
 }

@@ -986,12 +986,28 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 		{SyncEveryMessages: -1},
 		{RetentionBytes: -1},
 		{SegmentJitter: -time.Second},
+		{ProducerIDExpiration: -time.Hour},
+		{ProducerExpiryCheckInterval: -time.Second},
 	}
 	for i, o := range bad {
 		o.FS = vfs.NewMem()
 		_, err := Open("/log", o)
 		require.Error(t, err, "options %d: %+v", i, o)
 	}
+}
+
+// TestSegmentJitterCappedAtSegmentAge: a jitter above the age would make
+// every append roll.
+func TestSegmentJitterCappedAtSegmentAge(t *testing.T) {
+	var ms atomic.Int64
+	clock := func() time.Time { return time.Unix(1_700_000_000, ms.Load()*int64(time.Millisecond)) }
+	l := openLog(t, t.TempDir(), Options{FS: vfs.NewMem(), SegmentAge: time.Hour, SegmentJitter: 100 * time.Hour, Now: clock})
+	for range 20 {
+		ms.Add(1)
+		_, err := l.Append(buildBatch(t, 1, 10, 1000))
+		require.NoError(t, err)
+	}
+	require.Len(t, l.segments(), 1)
 }
 
 // TestCheckpointIntervalDefersRecoveryPointFile: within CheckpointInterval

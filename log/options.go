@@ -37,7 +37,7 @@ type Options struct {
 	SegmentAge time.Duration
 	// SegmentJitter subtracts a random duration in [0, SegmentJitter) from
 	// SegmentAge, chosen once per segment, so that many logs do not roll
-	// at once.
+	// at once. It is capped at SegmentAge, as in Kafka.
 	SegmentJitter time.Duration
 	// IndexIntervalBytes is how many bytes are appended between two offset
 	// index entries.
@@ -221,6 +221,11 @@ func (o Options) withDefaults() (Options, error) {
 		o.PreallocateBytes = DefaultPreallocateBytes
 	}
 	o.PreallocateBytes = min(o.PreallocateBytes, o.SegmentBytes)
+	if o.SegmentAge > 0 {
+		// A larger jitter would make the age to roll at negative: a
+		// roll at every append.
+		o.SegmentJitter = min(o.SegmentJitter, o.SegmentAge)
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -236,7 +241,8 @@ func (o Options) withDefaults() (Options, error) {
 	case o.IndexIntervalBytes < 0, o.MaxIndexBytes < 4*offsetEntrySize, o.MaxBatchBytes < BatchHeaderSize:
 		return o, fmt.Errorf("replog/log: invalid index or batch size options")
 	case o.SyncEveryMessages < 0, o.SyncInterval < 0, o.RetentionBytes < 0, o.RetentionAge < 0,
-		o.RetentionCheckInterval < 0, o.FileDeleteDelay < 0, o.SegmentJitter < 0:
+		o.RetentionCheckInterval < 0, o.FileDeleteDelay < 0, o.SegmentJitter < 0,
+		o.ProducerIDExpiration < 0, o.ProducerExpiryCheckInterval < 0:
 		return o, fmt.Errorf("replog/log: negative option")
 	}
 	return o, nil

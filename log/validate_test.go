@@ -78,6 +78,29 @@ func requireUnchanged(t *testing.T, l *Log, before Stats, name string) {
 // count-1, compressed or not. A follower takes what its leader wrote,
 // including batches that compaction left with fewer records than
 // offsets, or none.
+// A leader refuses a batch with a producer id but no sequence or epoch:
+// two different such batches would otherwise look like one retried.
+func TestAppendAsLeaderRejectsProducerWithoutSequence(t *testing.T) {
+	l := openLog(t, t.TempDir(), Options{FS: vfs.NewMem()})
+	for _, o := range []BatchOptions{
+		{ProducerID: 7, ProducerEpoch: 0, BaseSequence: NoSequence},
+		{ProducerID: 7, ProducerEpoch: 0, BaseSequence: -5},
+		{ProducerID: 7, ProducerEpoch: NoProducerEpoch, BaseSequence: 0},
+	} {
+		bb := NewBatchBuilder()
+		bb.Reset(o)
+		bb.Add(1000, nil, []byte("v"))
+		b, err := bb.Build(nil)
+		require.NoError(t, err)
+		_, err = l.Append(b)
+		require.ErrorIs(t, err, ErrInvalidRecord, "%+v", o)
+		binary.BigEndian.PutUint64(b, uint64(l.LogEndOffset())) // the base offset, outside the CRC
+		_, err = l.AppendAsFollower(b) // a follower keeps what its leader took
+		require.NoError(t, err, "%+v", o)
+	}
+	require.Equal(t, int64(3), l.LogEndOffset())
+}
+
 func TestAppendAsLeaderRejectsCountMismatch(t *testing.T) {
 	local := compression.NewLocal(compression.Options{})
 	gz, err := CompressWith(local, compression.Gzip, 0)
