@@ -95,7 +95,7 @@ func TestAppendAsLeaderRejectsProducerWithoutSequence(t *testing.T) {
 		_, err = l.Append(b)
 		require.ErrorIs(t, err, ErrInvalidRecord, "%+v", o)
 		binary.BigEndian.PutUint64(b, uint64(l.LogEndOffset())) // the base offset, outside the CRC
-		_, err = l.AppendAsFollower(b) // a follower keeps what its leader took
+		_, err = l.AppendAsFollower(b)                          // a follower keeps what its leader took
 		require.NoError(t, err, "%+v", o)
 	}
 	require.Equal(t, int64(3), l.LogEndOffset())
