@@ -126,6 +126,19 @@ func (l *Log) syncSegment(s *segment) error {
 	return nil
 }
 
+// syncCutSegment fsyncs s after its file was truncated. Like
+// syncSegment it takes its turn on s.syncMu and fails the log before the
+// turn ends, so that a Sync of s that follows sees the failure rather
+// than a write-back error reported to this fsync only.
+func (l *Log) syncCutSegment(s *segment) error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if err := s.file.Sync(); err != nil {
+		return l.fail(err)
+	}
+	return nil
+}
+
 // syncDirIfDirty fsyncs the log directory if an entry changed. A failure
 // fails the log before the lock is released, so that a Sync waiting for
 // the lock does not retry the fsync (whose success would then prove

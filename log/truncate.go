@@ -130,7 +130,7 @@ func (l *Log) truncateSegment(s *segment, pos, newNext int64) error {
 	if err := s.file.Truncate(pos); err != nil {
 		return err
 	}
-	if err := s.file.Sync(); err != nil {
+	if err := l.syncCutSegment(s); err != nil {
 		return err
 	}
 	s.size.Store(pos)
