@@ -44,7 +44,10 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // As Kafka's leader does, every batch must hold at least one record and
 // have a last offset delta of record count - 1 (else ErrInvalidRecord;
 // ErrCorrupt for an uncompressed batch, whose records are counted when it
-// is validated), and a compressed batch is decompressed (with a pooled
+// is validated); a create-time batch's max timestamp must be its records'
+// largest (or -1 if that is lower); a batch with a producer id must carry
+// a sequence and an epoch (else ErrInvalidRecord); and a compressed batch
+// is decompressed (with a pooled
 // compression.Local, within compression's default decompressed-size
 // limit) and its records checked like an uncompressed batch's (ErrCorrupt
 // for a corrupt stream or records, ErrBatchTooLarge over the limit).
@@ -152,7 +155,8 @@ func (l *Log) validateBatches(batches []byte, leader bool) (AppendInfo, error) {
 		if b.Size() > l.opts.MaxBatchBytes {
 			return info, fmt.Errorf("%w: %d bytes, limit %d", ErrBatchTooLarge, b.Size(), l.opts.MaxBatchBytes)
 		}
-		if err := b.Validate(); err != nil {
+		maxTSDelta, err := b.validate()
+		if err != nil {
 			return info, err
 		}
 		if leader {
@@ -163,9 +167,12 @@ func (l *Log) validateBatches(batches []byte, leader bool) (AppendInfo, error) {
 				if scratch == nil {
 					scratch = getLeaderScratch()
 				}
-				if err := scratch.checkCompressed(b); err != nil {
+				if maxTSDelta, err = scratch.checkCompressed(b); err != nil {
 					return info, fmt.Errorf("batch %d: %w", info.Batches, err)
 				}
+			}
+			if err := b.checkLeaderMaxTimestamp(maxTSDelta); err != nil {
+				return info, fmt.Errorf("batch %d: %w", info.Batches, err)
 			}
 		} else if b.BaseOffset() < 0 {
 			return info, fmt.Errorf("%w: follower batch with negative base offset %d", ErrInvalidRecord, b.BaseOffset())

@@ -206,20 +206,28 @@ func (b Batch) validateHeader(crc bool) error {
 // no bytes left after the last record. Compressed bodies are checked
 // when their records are iterated.
 func (b Batch) Validate() error {
+	_, err := b.validate()
+	return err
+}
+
+// validate is Validate, also returning the largest timestamp delta of an
+// uncompressed batch's records (math.MinInt64 for none or a compressed
+// batch).
+func (b Batch) validate() (maxTSDelta int64, err error) {
 	if err := b.ValidateHeader(); err != nil {
-		return err
+		return 0, err
 	}
 	if b.CodecID() != 0 {
-		return nil
+		return math.MinInt64, nil
 	}
 	n := b.RecordCount()
-	if err := checkRecords(b.RecordsBody(), n); err != nil {
-		return err
+	if maxTSDelta, err = checkRecords(b.RecordsBody(), n); err != nil {
+		return 0, err
 	}
 	if n > 0 && b.LastOffsetDelta() != n-1 {
-		return fmt.Errorf("%w: last offset delta %d with %d records", ErrCorrupt, b.LastOffsetDelta(), n)
+		return 0, fmt.Errorf("%w: last offset delta %d with %d records", ErrCorrupt, b.LastOffsetDelta(), n)
 	}
-	return nil
+	return maxTSDelta, nil
 }
 
 // checkLeaderRules applies the rules Kafka's leader applies to a v2 batch
@@ -240,6 +248,24 @@ func (b Batch) checkLeaderRules() error {
 	}
 	if pid := b.ProducerID(); pid != NoProducerID && (b.BaseSequence() < 0 || b.ProducerEpoch() < 0) {
 		return fmt.Errorf("%w: producer id %d with sequence %d and epoch %d", ErrInvalidRecord, pid, b.BaseSequence(), b.ProducerEpoch())
+	}
+	return nil
+}
+
+// checkLeaderMaxTimestamp checks, on a leader, that a create-time batch's
+// max timestamp is its records' largest (the base timestamp plus
+// maxTSDelta, from validate or checkCompressed), or NoTimestamp if that is
+// lower, as Kafka's leader computes it. A larger one would send timestamp lookups to a batch without such a
+// record; a smaller one, or -1, would hide the batch from them and from
+// time retention. Followers keep what their leader wrote: a compacted
+// batch keeps its max timestamp when records go.
+func (b Batch) checkLeaderMaxTimestamp(maxTSDelta int64) error {
+	if b.IsLogAppendTime() || maxTSDelta == math.MinInt64 {
+		return nil
+	}
+	// Kafka's max starts at NoTimestamp, so records all before 1970 give -1.
+	if want := max(b.BaseTimestamp()+maxTSDelta, NoTimestamp); b.MaxTimestamp() != want {
+		return fmt.Errorf("%w: max timestamp %d, records up to %d", ErrInvalidRecord, b.MaxTimestamp(), want)
 	}
 	return nil
 }

@@ -104,9 +104,8 @@ func (s *leaderScratch) release() {
 // records), ErrBatchTooLarge (output over the decompressed-size limit) or
 // ErrInvalidRecord (a stream feature compression does not implement),
 // together with the compression package's sentinel when it found the
-// problem.
-func (s *leaderScratch) checkCompressed(b Batch) error {
-	var err error
+// problem. It returns the largest timestamp delta of the records.
+func (s *leaderScratch) checkCompressed(b Batch) (maxTSDelta int64, err error) {
 	s.buf, err = s.local.Decompress(s.buf[:0], b.RecordsBody(), compression.Codec(b.CodecID()))
 	if err != nil {
 		kind := ErrCorrupt
@@ -116,10 +115,10 @@ func (s *leaderScratch) checkCompressed(b Batch) error {
 		case errors.Is(err, compression.ErrUnsupported), errors.Is(err, compression.ErrUnknownCodec):
 			kind = ErrInvalidRecord
 		}
-		return fmt.Errorf("%w: compressed batch (codec %d): %w", kind, b.CodecID(), err)
+		return 0, fmt.Errorf("%w: compressed batch (codec %d): %w", kind, b.CodecID(), err)
 	}
-	if err := checkRecords(s.buf, b.RecordCount()); err != nil {
-		return fmt.Errorf("compressed batch (codec %d): %w", b.CodecID(), err)
+	if maxTSDelta, err = checkRecords(s.buf, b.RecordCount()); err != nil {
+		return 0, fmt.Errorf("compressed batch (codec %d): %w", b.CodecID(), err)
 	}
-	return nil
+	return maxTSDelta, nil
 }

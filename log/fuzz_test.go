@@ -166,20 +166,26 @@ func FuzzBatchDecode(f *testing.F) {
 
 // checkRecordsAgreesWithIterator checks that the append path's record
 // check accepts body exactly when a RecordIterator walks count records
-// of it with offset deltas 0..count-1 and nothing left over.
+// of it with offset deltas 0..count-1 and nothing left over, and finds
+// the same largest timestamp delta.
 func checkRecordsAgreesWithIterator(t *testing.T, b Batch, body []byte, count int32) {
 	t.Helper()
 	var it RecordIterator
 	it.batch, it.body, it.remaining = b, body, count
 	walked := int32(0)
+	maxDelta := int64(math.MinInt64)
 	for it.Next() {
 		if it.Record().OffsetDelta != walked {
 			break
 		}
+		maxDelta = max(maxDelta, it.Record().Timestamp-b.BaseTimestamp())
 		walked++
 	}
 	iterOK := it.Err() == nil && walked == max(count, 0)
-	err := checkRecords(body, count)
+	gotMax, err := checkRecords(body, count)
+	if err == nil && iterOK && !b.IsLogAppendTime() && gotMax != maxDelta {
+		t.Fatalf("checkRecords finds a largest timestamp delta of %d, the iterator %d", gotMax, maxDelta)
+	}
 	if err != nil && !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("checkRecords: %v does not wrap ErrCorrupt", err)
 	}

@@ -1,6 +1,9 @@
 package log
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // minRecordSize is the smallest encoded record: length, attributes,
 // timestamp delta, offset delta, key length, value length and header
@@ -210,40 +213,45 @@ func (it *RecordIterator) decode() error {
 // framing, varint bounds, key, value and header lengths, offset deltas
 // 0..count-1, and no bytes after the last record. It accepts exactly the
 // bodies that walk accepts (FuzzBatchDecode checks that), at a fraction
-// of the cost, which matters on the append path.
-func checkRecords(body []byte, count int32) error {
+// of the cost, which matters on the append path. It returns the largest
+// timestamp delta of the records (math.MinInt64 for none).
+func checkRecords(body []byte, count int32) (maxTSDelta int64, err error) {
+	maxTSDelta = math.MinInt64
 	for i := int32(0); i < count; i++ {
 		length, n := varintShort(body, 0)
 		if n < 0 || length < minRecordSize-1 || length > int64(len(body)-n) {
-			var err error
 			if length, n, err = readVarint(body, 5); err != nil {
-				return err
+				return 0, err
 			}
 			if length < minRecordSize-1 || length > int64(len(body)-n) {
-				return fmt.Errorf("%w: record length %d with %d bytes left", ErrCorrupt, length, len(body)-n)
+				return 0, fmt.Errorf("%w: record length %d with %d bytes left", ErrCorrupt, length, len(body)-n)
 			}
 		}
-		if r := body[n : n+int(length)]; !recordLooksValid(r, i) {
-			if err := checkRecord(r, i); err != nil {
-				return err
+		r := body[n : n+int(length)]
+		tsDelta, ok := recordLooksValid(r, i)
+		if !ok {
+			if tsDelta, err = checkRecord(r, i); err != nil {
+				return 0, err
 			}
 		}
+		maxTSDelta = max(maxTSDelta, tsDelta)
 		body = body[n+int(length):]
 	}
 	if len(body) != 0 {
-		return fmt.Errorf("%w: %d bytes after the last record", ErrCorrupt, len(body))
+		return 0, fmt.Errorf("%w: %d bytes after the last record", ErrCorrupt, len(body))
 	}
-	return nil
+	return maxTSDelta, nil
 }
 
 // recordLooksValid is checkRecord's fast path, for records whose
-// varints all take one or two bytes (most do): true means valid, false
-// means checkRecord must decide. varintShort is inlined.
-func recordLooksValid(r []byte, delta int32) bool {
-	_, p := varintShort(r, 1) // after the attributes: timestamp delta
+// varints all take one or two bytes (most do): ok means valid, with its
+// timestamp delta; false means checkRecord must decide. varintShort is
+// inlined.
+func recordLooksValid(r []byte, delta int32) (tsDelta int64, ok bool) {
+	tsDelta, p := varintShort(r, 1) // after the attributes
 	od, p := varintShort(r, p)
 	if od != int64(delta) {
-		return false
+		return 0, false
 	}
 	p = skipShort(r, p, 2, -1) // key and value, nullable
 	hc, p := varintShort(r, p)
@@ -251,7 +259,7 @@ func recordLooksValid(r []byte, delta int32) bool {
 		p = skipShort(r, p, 1, 0)  // header key
 		p = skipShort(r, p, 1, -1) // header value, nullable
 	}
-	return hc == 0 && p == len(r)
+	return tsDelta, hc == 0 && p == len(r)
 }
 
 // varintShort decodes a zigzag varint of one or two bytes at r[p:] and
@@ -288,48 +296,48 @@ func skipShort(r []byte, p, n int, minLen int64) int {
 
 // checkRecord validates the fields of record number delta (r holds at
 // least minRecordSize-1 bytes, everything after the length varint).
-func checkRecord(r []byte, delta int32) error {
+func checkRecord(r []byte, delta int32) (tsDelta int64, err error) {
 	// Skip the attributes byte; read the timestamp delta.
 	p := 1
-	_, n, err := readVarint(r[p:], 10)
+	tsDelta, n, err := readVarint(r[p:], 10)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	p += n
 	od, n, err := readVarint(r[p:], 5)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if od != int64(delta) {
-		return fmt.Errorf("%w: record %d has offset delta %d", ErrCorrupt, delta, od)
+		return 0, fmt.Errorf("%w: record %d has offset delta %d", ErrCorrupt, delta, od)
 	}
 	p += n
 	if p, err = skipField(r, p, true); err != nil { // key
-		return err
+		return 0, err
 	}
 	if p, err = skipField(r, p, true); err != nil { // value
-		return err
+		return 0, err
 	}
 	hc, n, err := readVarint(r[p:], 5)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	p += n
 	if hc < 0 || hc > int64(len(r)-p)/2 {
-		return fmt.Errorf("%w: header count %d with %d bytes left", ErrCorrupt, hc, len(r)-p)
+		return 0, fmt.Errorf("%w: header count %d with %d bytes left", ErrCorrupt, hc, len(r)-p)
 	}
 	for range hc {
 		if p, err = skipField(r, p, false); err != nil {
-			return err
+			return 0, err
 		}
 		if p, err = skipField(r, p, true); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if p != len(r) {
-		return fmt.Errorf("%w: %d bytes left inside record", ErrCorrupt, len(r)-p)
+		return 0, fmt.Errorf("%w: %d bytes left inside record", ErrCorrupt, len(r)-p)
 	}
-	return nil
+	return tsDelta, nil
 }
 
 // skipField skips the length-prefixed bytes at r[p:] and returns the

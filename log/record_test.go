@@ -202,7 +202,7 @@ func TestCheckRecordsCases(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := checkRecords(c.body, c.count)
+			_, err := checkRecords(c.body, c.count)
 			assert.Equal(t, c.want, err == nil, "checkRecords: %v", err)
 			checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), c.body, c.count)
 		})

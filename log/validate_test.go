@@ -101,6 +101,41 @@ func TestAppendAsLeaderRejectsProducerWithoutSequence(t *testing.T) {
 	require.Equal(t, int64(3), l.LogEndOffset())
 }
 
+// withMaxTimestamp returns a copy of b with its max timestamp set to ts
+// and its CRC fixed.
+func withMaxTimestamp(b []byte, ts int64) []byte {
+	b = append([]byte(nil), b...)
+	binary.BigEndian.PutUint64(b[offMaxTimestamp:], uint64(ts))
+	binary.BigEndian.PutUint32(b[offCRC:], Batch(b).ComputeCRC())
+	return b
+}
+
+// A leader refuses a create-time batch whose max timestamp is not its
+// records' largest, compressed or not; a follower keeps it.
+func TestAppendAsLeaderChecksMaxTimestamp(t *testing.T) {
+	gz, err := CompressWith(compression.NewLocal(compression.Options{}), compression.Gzip, 0)
+	require.NoError(t, err)
+	for name, b := range map[string][]byte{
+		"plain":      buildBatch(t, 3, 10, 1000), // timestamps 1000..1002
+		"compressed": compressedBatch(t, gz, 3),  // timestamps 1000..1002
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, int64(1002), Batch(b).MaxTimestamp())
+			l := openLog(t, t.TempDir(), Options{FS: vfs.NewMem()})
+			for _, ts := range []int64{5000, 1001, NoTimestamp} {
+				_, err := l.Append(withMaxTimestamp(b, ts))
+				require.ErrorIs(t, err, ErrInvalidRecord, "max timestamp %d", ts)
+			}
+			_, err := l.Append(append([]byte(nil), b...))
+			require.NoError(t, err)
+			f := withMaxTimestamp(b, 5000)
+			binary.BigEndian.PutUint64(f, uint64(l.LogEndOffset()))
+			_, err = l.AppendAsFollower(f)
+			require.NoError(t, err)
+		})
+	}
+}
+
 func TestAppendAsLeaderRejectsCountMismatch(t *testing.T) {
 	local := compression.NewLocal(compression.Options{})
 	gz, err := CompressWith(local, compression.Gzip, 0)
@@ -233,9 +268,10 @@ func TestLeaderScratchSteadyStateDoesNotAllocate(t *testing.T) {
 		require.NoError(t, err)
 		b := Batch(compressedBatch(t, comp, 50))
 		s := new(leaderScratch)
-		require.NoError(t, s.checkCompressed(b))
+		_, err = s.checkCompressed(b)
+		require.NoError(t, err)
 		allocs := testing.AllocsPerRun(20, func() {
-			if err := s.checkCompressed(b); err != nil {
+			if _, err := s.checkCompressed(b); err != nil {
 				t.Fatal(err)
 			}
 		})
