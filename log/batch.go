@@ -233,8 +233,9 @@ func (b Batch) validate() (maxTSDelta int64, err error) {
 // checkLeaderRules applies the rules Kafka's leader applies to a v2 batch
 // from a producer (LogValidator.validateBatch) on top of Validate: at
 // least one record, a last offset delta of exactly count-1, for
-// compressed batches too, and, with a producer id, a sequence and an
-// epoch that are not negative (without them the producer-state checks
+// compressed batches too, and, with a producer id, an epoch and (but for a
+// control batch, a transaction marker) a sequence that are not negative
+// (without them the producer-state checks
 // would have nothing to compare, and two different batches would look
 // like retries of each other). Followers do not apply them: a compacted
 // batch may hold fewer records than its offset range, or none.
@@ -246,7 +247,7 @@ func (b Batch) checkLeaderRules() error {
 	if delta != count-1 {
 		return fmt.Errorf("%w: last offset delta %d with %d records", ErrInvalidRecord, delta, count)
 	}
-	if pid := b.ProducerID(); pid != NoProducerID && (b.BaseSequence() < 0 || b.ProducerEpoch() < 0) {
+	if pid := b.ProducerID(); pid != NoProducerID && (b.ProducerEpoch() < 0 || !b.IsControl() && b.BaseSequence() < 0) {
 		return fmt.Errorf("%w: producer id %d with sequence %d and epoch %d", ErrInvalidRecord, pid, b.BaseSequence(), b.ProducerEpoch())
 	}
 	return nil

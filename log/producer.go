@@ -208,7 +208,8 @@ func (ps *producerState) update(b Batch, check bool) error {
 // checkSequence applies Kafka's rules: an older epoch is fenced; a new
 // epoch must start at sequence 0 (unless the producer had no epoch); in
 // the same epoch the sequence must follow the last one, wrapping from
-// MaxInt32 to 0. A producer without state accepts any sequence.
+// MaxInt32 to 0, or be 0 when the epoch has no batch yet (a marker
+// started it). A producer without state accepts any sequence.
 func checkSequence(e *producerEntry, epoch int16, first int32, pid int64) error {
 	switch {
 	case e.epoch == NoProducerEpoch:
@@ -223,6 +224,9 @@ func checkSequence(e *producerEntry, epoch int16, first int32, pid int64) error 
 	}
 	last, ok := e.last()
 	if !ok {
+		if first != 0 {
+			return fmt.Errorf("%w: producer %d epoch %d starts at sequence %d, not 0", ErrOutOfOrderSequence, pid, epoch, first)
+		}
 		return nil
 	}
 	if !(first == last.lastSeq+1 || (last.lastSeq == math.MaxInt32 && first == 0)) {

@@ -467,6 +467,24 @@ func TestProducerSequenceAndEpochRules(t *testing.T) {
 
 // TestProducerCacheKeepsLastFiveBatches checks the cache's length and
 // order as batches are added, and that an epoch change empties it.
+// A transaction marker that bumps a producer's epoch leaves the new epoch
+// without batches: its first data batch must start at sequence 0, as in
+// Kafka. The marker itself carries no sequence.
+func TestProducerSequenceAfterAnEpochBumpingMarker(t *testing.T) {
+	l := idemOpen(t, idemMem(), Options{})
+	idemAppend(t, l, idemBatch(t, 9, 0, 0, 3, 1000))
+	bb := NewBatchBuilder()
+	bb.Reset(BatchOptions{ProducerID: 9, ProducerEpoch: 1, BaseSequence: NoSequence, Attributes: attrControl | attrTransactional})
+	bb.Add(1000, []byte("k"), []byte("marker"))
+	marker, err := bb.Build(nil)
+	require.NoError(t, err)
+	idemAppend(t, l, marker)
+	_, err = l.Append(idemBatch(t, 9, 1, 17, 1, 1000))
+	require.ErrorIs(t, err, ErrOutOfOrderSequence)
+	idemAppend(t, l, idemBatch(t, 9, 1, 0, 1, 1000))
+	idemAppend(t, l, idemBatch(t, 9, 1, 1, 1, 1000))
+}
+
 func TestProducerCacheKeepsLastFiveBatches(t *testing.T) {
 	l := idemOpen(t, idemMem(), Options{})
 	for i := range 8 {
