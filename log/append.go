@@ -65,6 +65,11 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, err
 	if err != nil {
 		return info, err
 	}
+	if info.Records > math.MaxInt32 {
+		// An append goes to one segment, whose relative offsets are
+		// int32 (compressed batches can hold that many records).
+		return info, fmt.Errorf("%w: %d records in one append, more than a segment holds (2^31 offsets)", ErrInvalidRecord, info.Records)
+	}
 	return l.appendValidated(batches, info, true, func(first int64) error {
 		next := first
 		for rest := batches; len(rest) > 0; {
