@@ -28,7 +28,9 @@ type Config struct {
 	// advance then (default 1).
 	MinInsyncReplicas int
 	// ReplicaLagTime drops a follower from the ISR when it has not caught
-	// up with the leader's log end for this long (default 30 s).
+	// up with the leader's log end for this long (default 30 s); a
+	// follower whose log end is the leader's is caught up however long
+	// ago it fetched, as in Kafka. It must be longer than FetchMaxWait.
 	ReplicaLagTime time.Duration
 	// RelaxedDurability counts unsynced data toward the high watermark, as
 	// Kafka does by default. By default (false) the leader and followers
@@ -41,15 +43,22 @@ type Config struct {
 	FetchMaxBytes int32
 	// FetchMaxWait is the long-poll time a follower asks for in its
 	// fetches, and the longest a leader holds a fetch it has nothing for,
-	// whatever the fetch asks (default 500 ms).
+	// whatever the fetch asks (default 500 ms, or half of ReplicaLagTime
+	// if that is less). It must be shorter than ReplicaLagTime, as Kafka
+	// requires of replica.fetch.wait.max.ms: a caught-up follower whose
+	// fetch is held would otherwise fall out of the ISR on an idle
+	// partition and rejoin on every long poll.
 	FetchMaxWait time.Duration
 	// FetchBackoff is how long a follower waits after a fetch error
 	// (default 100 ms).
 	FetchBackoff time.Duration
-	// OnISRChange is called (with the partition lock held: keep it short)
-	// when the leader wants to change a partition's ISR; the change is
-	// applied only if it returns nil. Applications persist the ISR here,
-	// as Kafka's controller does.
+	// OnISRChange is called when the leader wants to change a partition's
+	// ISR; the change is applied only if it returns nil. Applications
+	// persist the ISR here, as Kafka's controller does. It runs with the
+	// partition's lock held, which keeps a partition's ISR changes in
+	// order, so it must be short and must not call into the Node or
+	// Replicator (Stats, role changes, Produce...): that deadlocks the
+	// partition. Hand such work to another goroutine.
 	OnISRChange func(tp TopicPartition, leaderEpoch int32, isr []int32) error
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
@@ -71,7 +80,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.FetchMaxBytes = 8 << 20
 	}
 	if c.FetchMaxWait == 0 {
-		c.FetchMaxWait = 500 * time.Millisecond
+		c.FetchMaxWait = min(500*time.Millisecond, c.ReplicaLagTime/2)
 	}
 	if c.FetchBackoff == 0 {
 		c.FetchBackoff = 100 * time.Millisecond
@@ -84,6 +93,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MinInsyncReplicas < 1 || c.ReplicaLagTime < 0 || c.FetchMaxBytes < 0 || c.FetchMaxWait < 0 || c.FetchBackoff < 0 {
 		return c, fmt.Errorf("replication: invalid config")
+	}
+	if c.FetchMaxWait >= c.ReplicaLagTime {
+		return c, fmt.Errorf("replication: invalid config: FetchMaxWait %v must be shorter than ReplicaLagTime %v", c.FetchMaxWait, c.ReplicaLagTime)
 	}
 	return c, nil
 }

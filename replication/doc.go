@@ -18,15 +18,30 @@
 //     BecomeFollower(tp, epoch, leader) on the others. Older epochs are
 //     refused (ErrStaleEpoch), older than the newest in the log too, and
 //     requests carrying them are fenced. The replicas must include the
-//     leader, and the ISR must be a subset of them that includes it
-//     (else ErrInvalidAssignment).
+//     leader and number at least MinInsyncReplicas, the ISR must be a
+//     subset of them that includes it, and a follower's leader must be
+//     another node (else ErrInvalidAssignment).
 //  3. Persist ISR changes in OnISRChange (return an error to refuse one)
-//     and elect new leaders only from the last persisted ISR.
-//  4. Produce on the leader with acks 0, 1 or all. An acks=all produce
-//     fails at once with ErrNotEnoughReplicas when the ISR is smaller than
+//     and elect new leaders only from the last persisted ISR. The
+//     callback runs under the partition's lock: it must not call into
+//     the Node or Replicator.
+//  4. Produce on the leader with acks 0, 1 or all (other values fail with
+//     ErrInvalidAcks). An acks=all produce fails at once with
+//     ErrNotEnoughReplicas when the ISR is smaller than
 //     MinInsyncReplicas, and otherwise returns once the high watermark
 //     passed the batch: it is then on every ISR member, fsynced there
-//     unless RelaxedDurability is set.
+//     unless RelaxedDurability is set. If the ISR shrinks below
+//     MinInsyncReplicas meanwhile, the high watermark stops and the
+//     produce waits until its context ends: pass a context with a
+//     deadline, as Kafka's request timeout. A BecomeLeader at a newer
+//     epoch on the node already leading fails the waiting acks=all
+//     produces with ErrNotLeader, although their records stay in the log
+//     and may still be committed: an idempotent producer's retry is then
+//     stored once. With acks 0 or 1 and RelaxedDurability unset, the
+//     high watermark passes a batch once the leader's log is fsynced: on
+//     the next follower fetch, or by the Replicator's ticker within one
+//     tick (a quarter of ReplicaLagTime, between 10 ms and 1 s) when no
+//     follower fetches.
 //  5. Consumers read a partition's log with log.ReadOptions{
 //     UpToHighWatermark: true}: data above the high watermark may still be
 //     truncated by a leader change.
@@ -62,7 +77,9 @@
 // the high watermark and the current epoch, advances the high watermark to
 // the smallest log end offset in the ISR (not while the ISR is smaller
 // than MinInsyncReplicas) and answers with whole batches. A follower that
-// has not caught up within ReplicaLagTime leaves the ISR.
+// has not caught up within ReplicaLagTime leaves the ISR, unless its log
+// end is the leader's (as in Kafka: on an idle partition the leader holds
+// its fetches). FetchMaxWait must be shorter than ReplicaLagTime.
 //
 // A follower applies an answer only while its log is still the one the
 // request described (role, epoch, log end, last batch's epoch), and only
@@ -94,7 +111,11 @@
 // map, walked in order and moved to the end when they received data, so
 // partitions share the response size fairly), long-polled fetch handling
 // (a fetch is held at most the leader's own FetchMaxWait, whatever it
-// asks), and a ticker for ISR shrinking.
+// asks), and a ticker for ISR shrinking and, unless RelaxedDurability,
+// fsyncing the logs it leads that hold unsynced data (the leader's part
+// of the high watermark is its durable end, which acks 0 and 1 do not
+// move). After Close, Produce and role changes return ErrClosed and
+// change nothing.
 //
 // # Observing
 //

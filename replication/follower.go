@@ -93,7 +93,7 @@ func (n *Node) HandleFetchResponse(leader int32, req *FetchRequest, resp *FetchR
 		a.records(pr.Records)
 		a.endPartition()
 	}
-	return a.finish()
+	return a.finish(true)
 }
 
 // responseApplier applies one fetch response partition by partition, the
@@ -262,10 +262,15 @@ func (a *responseApplier) endPartition() {
 }
 
 // finish moves the partitions that got data to the end of the fetch
-// order and returns the bytes appended and the first error.
-func (a *responseApplier) finish() (int64, error) {
+// order and returns the bytes appended and the first error. complete says
+// the whole response arrived: only then does it count as a response
+// applied in Stats (a streamed one may fail after part of it was
+// applied, whose bytes count).
+func (a *responseApplier) finish(complete bool) (int64, error) {
 	n := a.n
-	n.stats.responses.Add(1)
+	if complete {
+		n.stats.responses.Add(1)
+	}
 	if len(a.got) > 0 {
 		n.mu.Lock()
 		if f := n.fetchers[a.leader]; f != nil {

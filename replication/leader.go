@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -133,13 +134,17 @@ func (n *Node) changeISR(p *partition, isr []int32) {
 	n.stats.isrChanges.Add(1)
 }
 
-// shrinkISR drops followers that have not caught up within LagTime.
+// shrinkISR drops followers that have not caught up within LagTime. A
+// follower whose log end is the leader's is caught up whenever it last
+// fetched, as in Kafka (Replica.isCaughtUp): on an idle partition its
+// fetch may be held, and its next one come, later than LagTime.
 // Callers hold p.mu.
 func (n *Node) shrinkISR(p *partition, now time.Time) {
+	leo := p.log.LogEndOffset()
 	isr := p.isr[:0:0]
 	for _, id := range p.isr {
 		rs := p.followers[id]
-		if rs != nil && now.Sub(rs.lastCaughtUp) > n.cfg.ReplicaLagTime {
+		if rs != nil && rs.leo != leo && now.Sub(rs.lastCaughtUp) > n.cfg.ReplicaLagTime {
 			continue
 		}
 		isr = append(isr, id)
@@ -152,8 +157,12 @@ func (n *Node) shrinkISR(p *partition, now time.Time) {
 
 // appendAsLeader appends a producer's batches; for acks=all it first
 // checks the ISR size. It returns the append and whether the caller must
-// wait for the high watermark.
+// wait for the high watermark. Acks other than AcksNone, AcksLeader and
+// AcksAll append nothing (ErrInvalidAcks).
 func (n *Node) appendAsLeader(tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, *partition, context.Context, error) {
+	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
+		return log.AppendInfo{}, nil, nil, fmt.Errorf("%w: %s: acks %d", ErrInvalidAcks, tp, acks)
+	}
 	p := n.partition(tp)
 	if p == nil {
 		return log.AppendInfo{}, nil, nil, fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
@@ -187,25 +196,44 @@ func (n *Node) syncLedLogs(req *FetchRequest) {
 		return
 	}
 	for _, fp := range req.Partitions {
-		p := n.partition(fp.TopicPartition)
-		if p == nil {
-			continue
+		if p := n.partition(fp.TopicPartition); p != nil {
+			n.syncLeader(p)
 		}
-		p.mu.Lock()
-		lead := p.role == RoleLeader
-		p.mu.Unlock()
-		l := p.log
-		if !lead || l.DurableOffset() >= l.LogEndOffset() {
-			continue
-		}
-		if err := l.Sync(); err != nil {
-			n.logger.Warn("replication: leader fsync failed", "partition", p.tp, "err", err)
-			continue
-		}
-		p.mu.Lock()
-		if p.role == RoleLeader {
-			n.maybeAdvanceHW(p)
-		}
-		p.mu.Unlock()
 	}
+}
+
+// syncAllLed is syncLedLogs for every partition this node leads: the
+// Replicator's ticker runs it, so that the high watermark of a partition
+// no follower fetches (its ISR is the leader alone) reaches the log end
+// of acks 0 or 1 produces within a tick. Unless RelaxedDurability.
+func (n *Node) syncAllLed() {
+	if n.cfg.RelaxedDurability {
+		return
+	}
+	n.mu.RLock()
+	parts := slices.Collect(maps.Values(n.parts))
+	n.mu.RUnlock()
+	for _, p := range parts {
+		n.syncLeader(p)
+	}
+}
+
+// syncLeader fsyncs p's log if this node leads it and it holds unsynced
+// data, outside p.mu (a fetch or produce of p need not wait for it), then
+// advances the high watermark.
+func (n *Node) syncLeader(p *partition) {
+	p.mu.Lock()
+	lead := p.role == RoleLeader
+	p.mu.Unlock()
+	l := p.log
+	if !lead || l.DurableOffset() >= l.LogEndOffset() {
+		return
+	}
+	if err := l.Sync(); err != nil {
+		n.logger.Warn("replication: leader fsync failed", "partition", p.tp, "err", err)
+		return
+	}
+	p.mu.Lock()
+	n.maybeAdvanceHW(p)
+	p.mu.Unlock()
 }

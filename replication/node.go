@@ -99,22 +99,27 @@ func (n *Node) Log(tp TopicPartition) (*log.Log, bool) {
 }
 
 // BecomeLeader makes this node the leader of tp at epoch, with the given
-// replica set (including this node) and ISR. Followers are expected to
+// replica set (including this node, and at least MinInsyncReplicas
+// replicas, else ErrInvalidAssignment) and ISR. Followers are expected to
 // fetch; until they do, the high watermark waits for the ISR members. A
 // stale epoch returns ErrStaleEpoch. Repeating the epoch this node leads
 // changes nothing: the ISR it carries may predate changes persisted since
 // through OnISRChange (change the ISR or replicas with a newer epoch).
+// Leading at a newer epoch fails the acks=all produces waiting at the
+// older one with ErrNotLeader, although their records stay in the log
+// and may yet be committed.
 func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int32, now time.Time) error {
-	p := n.partition(tp)
-	if p == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
-	}
 	if err := n.checkAssignment(replicas, isr); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalidAssignment, tp, err)
 	}
 	// Lock order n.mu, p.mu (as BuildFetch): a stale epoch must be refused
 	// before the partition leaves its fetcher, or it stops following.
 	n.mu.Lock()
+	p := n.parts[tp]
+	if p == nil {
+		n.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if epoch < p.epoch || (epoch == p.epoch && p.role != RoleLeader && p.role != RoleNone) {
@@ -147,12 +152,17 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 }
 
 // checkAssignment checks BecomeLeader's replica set and ISR: this node
-// among the replicas, no replica twice, and the ISR a subset of the
-// replicas that includes this node. An unknown id in the ISR would count
-// toward MinInsyncReplicas without holding any data.
+// among the replicas, no replica twice, at least MinInsyncReplicas
+// replicas, and the ISR a subset of the replicas that includes this node.
+// An unknown id in the ISR would count toward MinInsyncReplicas without
+// holding any data; with fewer replicas than MinInsyncReplicas the high
+// watermark could never move.
 func (n *Node) checkAssignment(replicas, isr []int32) error {
 	if !slices.Contains(replicas, n.id) {
 		return fmt.Errorf("replicas %v lack this node (%d)", replicas, n.id)
+	}
+	if len(replicas) < n.cfg.MinInsyncReplicas {
+		return fmt.Errorf("replicas %v are fewer than MinInsyncReplicas (%d)", replicas, n.cfg.MinInsyncReplicas)
 	}
 	if !slices.Contains(isr, n.id) {
 		return fmt.Errorf("ISR %v lacks this node (%d), the leader", isr, n.id)
@@ -174,24 +184,31 @@ func (n *Node) checkAssignment(replicas, isr []int32) error {
 // BecomeFollower makes this node a follower of tp, whose leader is node
 // leader at epoch. Its log is reconciled with the leader's on the next
 // fetch (divergence is detected by epoch and truncated). A stale epoch
-// returns ErrStaleEpoch.
+// returns ErrStaleEpoch; a leader that is this node or negative,
+// ErrInvalidAssignment.
 func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
-	p := n.partition(tp)
+	// Lock order n.mu, p.mu (as BecomeLeader): the role and the fetcher
+	// change together, so that concurrent role changes leave the
+	// partition in the fetcher of the leader it follows, and in none when
+	// it leads or was removed.
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.parts[tp]
 	if p == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
 	}
+	if leader < 0 || leader == n.id {
+		return fmt.Errorf("%w: %s: leader %d for follower %d", ErrInvalidAssignment, tp, leader, n.id)
+	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if epoch < p.epoch || (epoch == p.epoch && p.role == RoleLeader) {
-		p.mu.Unlock()
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
 	p.endLeadership()
 	p.role, p.epoch, p.leader = RoleFollower, epoch, leader
 	p.followers, p.isr, p.replicas = nil, nil, nil
 	p.backoffUntil, p.leaderLEO = time.Time{}, -1
-	p.mu.Unlock()
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.unfollowLocked(p)
 	f := n.fetchers[leader]
 	if f == nil {
@@ -205,16 +222,14 @@ func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 // StopPartition drops tp's role (it neither leads nor follows) while
 // keeping it hosted.
 func (n *Node) StopPartition(tp TopicPartition) {
-	p := n.partition(tp)
-	if p == nil {
-		return
-	}
 	n.mu.Lock()
-	n.unfollowLocked(p)
-	n.mu.Unlock()
-	p.mu.Lock()
-	p.stopRole()
-	p.mu.Unlock()
+	defer n.mu.Unlock()
+	if p := n.parts[tp]; p != nil {
+		p.mu.Lock()
+		p.stopRole()
+		p.mu.Unlock()
+		n.unfollowLocked(p)
+	}
 }
 
 // unfollowLocked removes p from every fetcher. Callers hold n.mu.

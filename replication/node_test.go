@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -385,11 +386,12 @@ func TestNodeHighWatermarkDoesNotAdvanceUnderMinISR(t *testing.T) {
 	fetchOnce(t, f, leader, ntime)
 	require.Equal(t, int64(3), leader.log.HighWatermark())
 
-	// f stops fetching and leaves the ISR; the leader alone is below
-	// MinInsyncReplicas and its own durable end does not move the HW.
+	// f stops fetching, falls behind and leaves the ISR; the leader alone
+	// is below MinInsyncReplicas and its own durable end does not move the
+	// HW.
+	leader.produce(t, 4, AcksLeader)
 	leader.node.Tick(ntime.Add(11 * time.Second))
 	require.Equal(t, []int32{0}, leader.isr())
-	leader.produce(t, 4, AcksLeader)
 	require.Equal(t, int64(7), leader.log.DurableOffset())
 	require.Equal(t, int64(3), leader.log.HighWatermark())
 	leader.node.Tick(ntime.Add(12 * time.Second))
@@ -442,6 +444,56 @@ func TestNodeISRShrinksAfterLagAndExpandsOnCatchUp(t *testing.T) {
 	fetchOnce(t, f2, leader, now)
 	require.Equal(t, all, leader.isr())
 	require.Equal(t, [][]int32{{0, 1}, {0, 1, 2}}, leader.isrChanges)
+}
+
+// A follower whose log end is the leader's stays in the ISR however long
+// ago it fetched, as in Kafka (Replica.isCaughtUp): on an idle partition
+// the leader holds its fetches (regression: with ReplicaLagTime below
+// FetchMaxWait, a live caught-up follower left the ISR and rejoined on
+// every long poll). Once it is behind, the lag time counts again.
+func TestNodeCaughtUpFollowerStaysInTheISR(t *testing.T) {
+	lag := 10 * time.Second
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2, ReplicaLagTime: lag})
+	f := newTestReplica(t, 1, Config{})
+	both := []int32{0, 1}
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, both, both, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 2, AcksAll)
+	fetchOnce(t, f, leader, ntime)
+	fetchOnce(t, f, leader, ntime)
+	require.Equal(t, int64(2), leader.log.HighWatermark())
+
+	leader.node.Tick(ntime.Add(time.Hour))
+	require.Equal(t, both, leader.isr(), "f is at the leader's log end")
+	require.Empty(t, leader.isrChanges)
+
+	leader.produce(t, 1, AcksAll)
+	leader.node.Tick(ntime.Add(time.Hour + time.Second))
+	require.Equal(t, []int32{0}, leader.isr(), "f is behind, and last caught up an hour ago")
+}
+
+// FetchMaxWait must be shorter than ReplicaLagTime, as Kafka requires;
+// its default is, whatever ReplicaLagTime.
+func TestConfigFetchMaxWaitBelowReplicaLagTime(t *testing.T) {
+	for _, c := range []struct {
+		lag, wait time.Duration
+		ok        bool
+	}{
+		{0, 0, true},
+		{100 * time.Millisecond, 0, true}, // the default wait is below the lag
+		{time.Second, 999 * time.Millisecond, true},
+		{time.Second, time.Second, false},
+		{100 * time.Millisecond, 400 * time.Millisecond, false},
+		{0, time.Minute, false}, // the default lag is 30 s
+	} {
+		n, err := NewNode(Config{ReplicaLagTime: c.lag, FetchMaxWait: c.wait})
+		if !c.ok {
+			require.Error(t, err, "lag %v, wait %v", c.lag, c.wait)
+			continue
+		}
+		require.NoError(t, err, "lag %v, wait %v", c.lag, c.wait)
+		require.Less(t, n.cfg.FetchMaxWait, n.cfg.ReplicaLagTime)
+	}
 }
 
 // A follower rejoins only from the current leader epoch's start offset
@@ -623,6 +675,18 @@ func TestNodeAcksAllNotEnoughReplicas(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotLeader)
 }
 
+// Acks other than AcksNone, AcksLeader and AcksAll are refused, and
+// append nothing (regression: they were taken as AcksLeader).
+func TestNodeInvalidAcksRefused(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0}, []int32{0}, ntime))
+	for _, acks := range []Acks{-2, 2, 127} {
+		_, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "a"), acks)
+		require.ErrorIs(t, err, ErrInvalidAcks, "acks %d", acks)
+	}
+	require.Zero(t, leader.log.LogEndOffset())
+}
+
 // A node that led an epoch without appending follows the next leader,
 // whose log holds older epochs' batches, to the same log and epoch cache,
 // and can lead again (regression: it used to send its empty epoch as its
@@ -735,6 +799,18 @@ func newGatedLeader(t *testing.T) (*Replicator, *log.Log, *syncGate, func()) {
 	return r, l, gate, release
 }
 
+// awaitGoroutineIn waits until a goroutine's stack holds fn.
+func awaitGoroutineIn(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); runtime.Gosched() {
+		if bytes.Contains(buf[:runtime.Stack(buf, true)], []byte(fn)) {
+			return
+		}
+	}
+	t.Fatalf("no goroutine ever ran %s", fn)
+}
+
 type idleTransport struct{}
 
 func (idleTransport) Fetch(ctx context.Context, _ int32, _ *FetchRequest) (*FetchResponse, error) {
@@ -745,10 +821,11 @@ func (idleTransport) Fetch(ctx context.Context, _ int32, _ *FetchRequest) (*Fetc
 // An acks=all Produce whose leader becomes a follower before the high
 // watermark passed its batch must fail even if, as a follower, the log's
 // high watermark then passes that offset: the new leader's records lie
-// there. Deterministic: the Produce's fsync is held while the follower
-// truncates and refetches; the follower's own fsync then waits for it
-// with the partition lock held, so the Produce sees the follower's high
-// watermark when it gets the lock.
+// there. Deterministic: the Produce's fsync is held while the node
+// becomes a follower and its truncation starts; the truncation's cut
+// waits for that fsync (the log serializes a segment's fsyncs), which is
+// then released; the follower refetches the new leader's record at the
+// Produce's offset.
 func TestProduceFailsWhenLeadershipIsLostBeforeTheHighWatermark(t *testing.T) {
 	r, l, gate, release := newGatedLeader(t)
 	both := []int32{0, 1}
@@ -789,15 +866,13 @@ func TestProduceFailsWhenLeadershipIsLostBeforeTheHighWatermark(t *testing.T) {
 		}
 		return err
 	}
-	require.NoError(t, apply(1, 1)) // diverging: truncate R away
-	require.Equal(t, int64(0), l.LogEndOffset())
-	applied := make(chan error, 1)
-	go func() { applied <- apply(0, log.NoLeaderEpoch) }() // appends R2, then waits for the held fsync
-	for l.LogEndOffset() != 1 && len(applied) == 0 {
-		runtime.Gosched()
-	}
+	truncated := make(chan error, 1)
+	go func() { truncated <- apply(1, 1) }()          // diverging: truncate R away
+	awaitGoroutineIn(t, "log.(*Log).syncCutSegment(") // the cut waits for R's fsync
 	release()
-	require.NoError(t, <-applied)
+	require.NoError(t, <-truncated)
+	require.Equal(t, int64(0), l.LogEndOffset())
+	require.NoError(t, apply(0, log.NoLeaderEpoch)) // appends R2
 	res := <-done
 	require.Equal(t, int64(0), res.info.LastOffset)
 	require.Equal(t, int64(1), l.HighWatermark(), "the follower's high watermark passed offset 0")
@@ -961,7 +1036,7 @@ func TestNodeResponseApplierStopsWhenTheLogChangesMidResponse(t *testing.T) {
 			leo := f.log.LogEndOffset()
 			a.records(pr.Records[half:])
 			a.endPartition()
-			n, err := a.finish()
+			n, err := a.finish(true)
 			require.NoError(t, err)
 			require.Equal(t, int64(half), n, "only the first piece")
 			require.Equal(t, leo, f.log.LogEndOffset())

@@ -11,9 +11,12 @@ import (
 )
 
 // Replicator runs a Node for real: one fetcher goroutine per leader this
-// node follows, a ticker that shrinks ISRs, long-polled fetch handling
-// for followers, and produce with acks 0, 1 or all. See the package
-// documentation for the contract with the application.
+// node follows, a ticker that shrinks ISRs (and, unless
+// RelaxedDurability, fsyncs the logs it leads that hold unsynced data,
+// so that their high watermarks move when no follower fetches),
+// long-polled fetch handling for followers, and produce with acks 0, 1
+// or all. See the package documentation for the contract with the
+// application.
 //
 // A Replicator is safe for concurrent use. Close stops and waits for every
 // goroutine it started.
@@ -57,7 +60,11 @@ func (r *Replicator) AddPartition(tp TopicPartition, l *log.Log) error {
 func (r *Replicator) RemovePartition(tp TopicPartition) { r.node.RemovePartition(tp) }
 
 // BecomeLeader makes this node the leader of tp (see Node.BecomeLeader).
+// After Close it returns ErrClosed and changes nothing.
 func (r *Replicator) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int32) error {
+	if r.ctx.Err() != nil {
+		return ErrClosed
+	}
 	if err := r.node.BecomeLeader(tp, epoch, replicas, isr, r.cfg.Now()); err != nil {
 		return err
 	}
@@ -65,16 +72,17 @@ func (r *Replicator) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr 
 	return nil
 }
 
-// BecomeFollower makes this node follow leader for tp and starts a
-// fetcher for that leader if there is none.
+// BecomeFollower makes this node follow leader for tp (see
+// Node.BecomeFollower) and starts a fetcher for that leader if there is
+// none. After Close it returns ErrClosed and changes nothing.
 func (r *Replicator) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
-	if err := r.node.BecomeFollower(tp, epoch, leader); err != nil {
-		return err
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return ErrClosed
+	}
+	if err := r.node.BecomeFollower(tp, epoch, leader); err != nil {
+		return err
 	}
 	if kick, ok := r.loops[leader]; ok {
 		select {
@@ -94,14 +102,25 @@ func (r *Replicator) BecomeFollower(tp TopicPartition, epoch, leader int32) erro
 func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp) }
 
 // Produce appends batches to tp as its leader. With AcksNone or
-// AcksLeader it returns once appended. With AcksAll it fails at once with
-// ErrNotEnoughReplicas when the ISR is below MinInsyncReplicas, else
-// returns once the high watermark passed the batches (they are then on
-// every in-sync replica, fsynced unless RelaxedDurability), with
-// ErrNotLeader if leadership is lost first, ErrClosed if the Replicator
-// is closed first, or ctx's error. Retries of an
-// idempotent producer's batches return the original offsets.
+// AcksLeader it returns once appended; unless RelaxedDurability, the
+// high watermark passes them once the leader's log is fsynced: at the
+// next follower fetch, or at the latest at the ticker's next tick (a
+// quarter of ReplicaLagTime, between 10 ms and 1 s). With AcksAll it
+// fails at once with ErrNotEnoughReplicas when the ISR is below
+// MinInsyncReplicas, else returns once the high watermark passed the
+// batches (they are then on every in-sync replica, fsynced unless
+// RelaxedDurability), with ErrNotLeader if leadership is lost first
+// (BecomeLeader at a newer epoch included: the batches may yet be
+// committed), ErrClosed if the Replicator is closed first, or ctx's
+// error: while the ISR is below MinInsyncReplicas it waits for ctx, so
+// pass a ctx with a deadline. Retries of an idempotent producer's
+// batches return the original offsets. Acks other than AcksNone,
+// AcksLeader and AcksAll fail with ErrInvalidAcks, and a Produce after
+// Close fails with ErrClosed; neither appends anything.
 func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, error) {
+	if r.ctx.Err() != nil {
+		return log.AppendInfo{}, ErrClosed
+	}
 	info, p, leadCtx, err := r.node.appendAsLeader(tp, batches, acks)
 	if err != nil {
 		return info, err
@@ -223,7 +242,7 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 		if sf != nil {
 			a := r.node.newResponseApplier(leader, req, r.cfg.Now)
 			buf, err = sf.fetchStream(r.ctx, leader, req, buf, a)
-			if _, aerr := a.finish(); err == nil {
+			if _, aerr := a.finish(err == nil); err == nil {
 				err = aerr
 			}
 		} else {
@@ -287,6 +306,7 @@ func (r *Replicator) tickLoop() {
 		select {
 		case <-t.C:
 			r.node.Tick(r.cfg.Now())
+			r.node.syncAllLed()
 		case <-r.ctx.Done():
 			return
 		}

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -119,4 +120,39 @@ func TestHighWatermarkAdvancesWithAcksLeaderOnly(t *testing.T) {
 	require.Eventually(t, func() bool { return logs[0].HighWatermark() == 60 }, 10*time.Second, 5*time.Millisecond,
 		"high watermark stuck at %d", logs[0].HighWatermark())
 	require.Equal(t, int64(60), logs[0].DurableOffset())
+}
+
+// With acks=1 producers and no follower fetching (the leader is the only
+// replica, or its follower died and left the ISR), the Replicator's
+// ticker fsyncs the leader's log, so the high watermark reaches the log
+// end within a tick (regression: nothing fsynced the leader, and the
+// high watermark, its durable end, never moved).
+func TestHighWatermarkAdvancesWithoutFetches(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		replicas, isr []int32
+	}{
+		{"only replica", []int32{0}, []int32{0}},
+		{"follower left the ISR", []int32{0, 1}, []int32{0, 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := log.Open(t.TempDir(), log.Options{})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, l.Close()) }()
+			// A 10 ms tick; node 1 never fetches.
+			r, err := New(Config{ReplicaID: 0, ClusterID: "c", ReplicaLagTime: 40 * time.Millisecond}, idleTransport{})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, r.Close()) }()
+			require.NoError(t, r.AddPartition(ntp, l))
+			require.NoError(t, r.BecomeLeader(ntp, 1, c.replicas, c.isr))
+			require.Eventually(t, func() bool { return slices.Equal(r.Stats().Partitions[0].ISR, []int32{0}) },
+				10*time.Second, 5*time.Millisecond)
+			for i := 0; i < 10; i++ {
+				_, err := r.Produce(context.Background(), ntp, batchOf(t, 3, fmt.Sprint(i)), AcksLeader)
+				require.NoError(t, err)
+			}
+			require.Eventually(t, func() bool { return l.HighWatermark() == 30 }, 10*time.Second, 5*time.Millisecond,
+				"high watermark stuck at %d, durable end %d", l.HighWatermark(), l.DurableOffset())
+		})
+	}
 }

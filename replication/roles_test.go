@@ -2,10 +2,12 @@ package replication
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/replog/replog/internal/vfs"
@@ -62,7 +64,8 @@ func TestAddPartitionStartsAtTheLogsEpoch(t *testing.T) {
 
 // BecomeLeader refuses an ISR that is not a subset of the replicas or
 // lacks this node, and duplicate ids: an unknown id would count toward
-// MinInsyncReplicas without holding data.
+// MinInsyncReplicas without holding data. And fewer replicas than
+// MinInsyncReplicas, whose high watermark could never move.
 func TestBecomeLeaderChecksTheAssignment(t *testing.T) {
 	r := newTestReplica(t, 0, Config{MinInsyncReplicas: 3})
 	for _, c := range []struct {
@@ -74,6 +77,7 @@ func TestBecomeLeaderChecksTheAssignment(t *testing.T) {
 		{"leader not in ISR", []int32{0, 1, 2}, []int32{1, 2}},
 		{"replica twice", []int32{0, 1, 1}, []int32{0, 1}},
 		{"ISR member twice", []int32{0, 1, 2}, []int32{0, 1, 1}},
+		{"fewer replicas than MinInsyncReplicas", []int32{0, 1}, []int32{0, 1}},
 	} {
 		err := r.node.BecomeLeader(ntp, 1, c.replicas, c.isr, ntime)
 		require.ErrorIs(t, err, ErrInvalidAssignment, c.name)
@@ -155,4 +159,108 @@ func TestMaterializeShortRead(t *testing.T) {
 	reg.Length += 10 // past the end of the file
 	resp := &FetchResponse{Partitions: []FetchPartitionResponse{{TopicPartition: ntp, Region: reg}}}
 	require.ErrorIs(t, resp.Materialize(), ErrStorage)
+}
+
+// fetcherLeaders lists the leaders whose fetcher holds tp on n.
+func fetcherLeaders(n *Node, tp TopicPartition) []int32 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var ids []int32
+	for id, f := range n.fetchers {
+		for k := range f.All() {
+			if k == tp {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// A BecomeFollower racing another role change leaves the partition in the
+// fetcher of the leader it follows, and in none when it leads, has no
+// role or was removed (regression: BecomeFollower set the role, then
+// updated the fetchers under the node's lock; the other change ran in
+// between, and the partition was left leading, or removed, in a fetcher
+// that never retired). The test holds the partition's lock until both
+// calls wait for it, BecomeFollower first.
+func TestBecomeFollowerRacingRoleChanges(t *testing.T) {
+	both := []int32{0, 1}
+	for _, other := range []string{"BecomeLeader", "RemovePartition", "StopPartition"} {
+		t.Run(other, func(t *testing.T) {
+			for range 5 {
+				r := newTestReplica(t, 0, Config{})
+				n := r.node
+				p := n.partition(ntp)
+				p.mu.Lock()
+				var wg sync.WaitGroup
+				wg.Go(func() { _ = n.BecomeFollower(ntp, 1, 1) })
+				time.Sleep(10 * time.Millisecond)
+				wg.Go(func() {
+					switch other {
+					case "BecomeLeader":
+						assert.NoError(t, n.BecomeLeader(ntp, 2, both, both, ntime))
+					case "RemovePartition":
+						n.RemovePartition(ntp)
+					case "StopPartition":
+						n.StopPartition(ntp)
+					}
+				})
+				time.Sleep(10 * time.Millisecond)
+				p.mu.Unlock()
+				wg.Wait()
+
+				p.mu.Lock()
+				role, leader := p.role, p.leader
+				p.mu.Unlock()
+				var want []int32
+				if role == RoleFollower && n.partition(ntp) == p {
+					want = []int32{leader}
+				}
+				require.Equal(t, want, fetcherLeaders(n, ntp), "role %v, hosted %v", role, n.partition(ntp) != nil)
+				require.ElementsMatch(t, want, n.Leaders(), "the leaders fetched from")
+			}
+		})
+	}
+}
+
+// BecomeFollower refuses a leader that is this node or none: the
+// Replicator would run a fetcher that fetches from itself forever.
+func TestBecomeFollowerChecksTheLeader(t *testing.T) {
+	r := newTestReplica(t, 0, Config{})
+	for _, leader := range []int32{0, -1} {
+		require.ErrorIs(t, r.node.BecomeFollower(ntp, 1, leader), ErrInvalidAssignment, "leader %d", leader)
+	}
+	p := r.node.partition(ntp)
+	require.Equal(t, RoleNone, p.role, "a refused role changes nothing")
+	require.Empty(t, r.node.Leaders())
+	require.NoError(t, r.node.BecomeFollower(ntp, 1, 1))
+}
+
+// After Close, Produce and role changes return ErrClosed and change
+// nothing (regression: Produce appended, and acks=1 reported success;
+// BecomeFollower changed the role before it found the Replicator
+// closed).
+func TestReplicatorAfterCloseChangesNothing(t *testing.T) {
+	l, err := log.Open("/log", log.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c"}, idleTransport{})
+	require.NoError(t, err)
+	require.NoError(t, r.AddPartition(ntp, l))
+	require.NoError(t, r.BecomeLeader(ntp, 1, []int32{0}, []int32{0}))
+	require.NoError(t, r.Close())
+
+	for _, acks := range []Acks{AcksNone, AcksLeader, AcksAll} {
+		_, err := r.Produce(context.Background(), ntp, testBatch(t, "a"), acks)
+		require.ErrorIs(t, err, ErrClosed, "acks %d", acks)
+	}
+	require.Zero(t, l.LogEndOffset(), "nothing appended")
+	require.ErrorIs(t, r.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0, 1}), ErrClosed)
+	require.ErrorIs(t, r.BecomeFollower(ntp, 2, 1), ErrClosed)
+	ps := r.Stats().Partitions[0]
+	require.Equal(t, RoleLeader, ps.Role)
+	require.Equal(t, int32(1), ps.Epoch)
+	require.Equal(t, []int32{0}, ps.Replicas)
+	require.Equal(t, int32(1), l.LatestEpoch(), "no epoch 2 began in the log")
 }

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,7 +153,7 @@ func TestNodeStatsSortsPartitions(t *testing.T) {
 // answered anew each time data arrives on the node, here first for a
 // partition it does not ask for; Stats counts the answer sent, once.
 func TestReplicatorStatsCountAHeldFetchOnce(t *testing.T) {
-	r, err := New(Config{ReplicaID: 0, ClusterID: "c", FetchMaxWait: time.Minute}, idleTransport{})
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c", FetchMaxWait: time.Minute, ReplicaLagTime: time.Hour}, idleTransport{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
 	a, b := TopicPartition{Topic: "a"}, TopicPartition{Topic: "b"}
@@ -190,4 +191,34 @@ func TestReplicatorStatsCountAHeldFetchOnce(t *testing.T) {
 	require.Equal(t, int64(1), st.Partitions[0].Fetches)
 	require.Equal(t, st.BytesServed, st.Partitions[0].Bytes)
 	require.Zero(t, st.Partitions[1].Fetches)
+}
+
+// failingStream is a streaming Transport whose leader is unreachable.
+type failingStream struct{ calls atomic.Int64 }
+
+func (f *failingStream) Fetch(context.Context, int32, *FetchRequest) (*FetchResponse, error) {
+	return nil, ErrUnreachable
+}
+
+func (f *failingStream) fetchStream(_ context.Context, _ int32, _ *FetchRequest, buf []byte, _ fetchSink) ([]byte, error) {
+	f.calls.Add(1)
+	return buf, ErrUnreachable
+}
+
+// A streamed fetch that failed is not a response applied (regression:
+// over TCP, Stats.FetchesApplied counted every fetch sent).
+func TestReplicatorStatsCountOnlyAppliedStreamedFetches(t *testing.T) {
+	tr := &failingStream{}
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c", FetchBackoff: time.Millisecond}, tr)
+	require.NoError(t, err)
+	l, err := log.Open("/log", log.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+	require.NoError(t, r.AddPartition(ntp, l))
+	require.NoError(t, r.BecomeFollower(ntp, 1, 1))
+	require.Eventually(t, func() bool { return tr.calls.Load() >= 3 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, r.Close())
+	st := r.Stats()
+	require.Zero(t, st.FetchesApplied)
+	require.Zero(t, st.Partitions[0].Fetches)
 }

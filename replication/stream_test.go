@@ -210,4 +210,7 @@ func TestTCPFollowerStreamsLargeResponses(t *testing.T) {
 	_, err := reps[0].rep.Produce(ctx, tp, slices.Clone(batch), AcksAll)
 	require.NoError(t, err)
 	require.Equal(t, readAllBatches(t, reps[0].log), readAllBatches(t, reps[1].log))
+	st := reps[1].rep.Stats()
+	require.GreaterOrEqual(t, st.FetchesApplied, int64(3), "the streamed responses count as applied")
+	require.Equal(t, logBytes(t, reps[1].log), st.BytesFetched)
 }

@@ -31,6 +31,7 @@ var (
 	ErrClusterMismatch    = errors.New("replication: request from another cluster")
 	ErrClosed             = errors.New("replication: closed")
 	ErrInvalidAssignment  = errors.New("replication: invalid replica assignment")
+	ErrInvalidAcks        = errors.New("replication: acks must be AcksNone (0), AcksLeader (1) or AcksAll (-1)")
 )
 
 // ErrorCode is a partition error in a fetch response.
