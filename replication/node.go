@@ -80,11 +80,7 @@ func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
 func (n *Node) RemovePartition(tp TopicPartition) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if p := n.parts[tp]; p != nil {
-		p.mu.Lock()
-		p.stopRole()
-		p.mu.Unlock()
-		n.unfollowLocked(p)
+	if n.stopLocked(tp) {
 		delete(n.parts, tp)
 	}
 }
@@ -224,12 +220,21 @@ func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 func (n *Node) StopPartition(tp TopicPartition) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if p := n.parts[tp]; p != nil {
-		p.mu.Lock()
-		p.stopRole()
-		p.mu.Unlock()
-		n.unfollowLocked(p)
+	n.stopLocked(tp)
+}
+
+// stopLocked drops tp's role and takes it out of every fetcher; it
+// reports whether tp is hosted. Callers hold n.mu.
+func (n *Node) stopLocked(tp TopicPartition) bool {
+	p := n.parts[tp]
+	if p == nil {
+		return false
 	}
+	p.mu.Lock()
+	p.stopRole()
+	p.mu.Unlock()
+	n.unfollowLocked(p)
+	return true
 }
 
 // unfollowLocked removes p from every fetcher. Callers hold n.mu.
