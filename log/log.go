@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/replog/replog/internal/vfs"
 )
 
 // Log is a segmented, append-only log of record batches in one directory.
@@ -69,18 +71,18 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := o.FS.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
 	// The directory's own entry is durable only once its parent is synced;
 	// without this a power loss can take a new log, synced data and all.
 	// Done on every Open, not only at creation, in case an earlier Open
 	// created the directory and failed before syncing its parent (unless
 	// a Manager synced the parent for all its logs).
-	if !o.dirSynced {
-		if err := o.FS.SyncDir(filepath.Dir(dir)); err != nil {
-			return nil, err
-		}
+	if o.dirSynced {
+		err = o.FS.MkdirAll(dir, 0o755)
+	} else {
+		err = mkdirDurable(o.FS, dir)
+	}
+	if err != nil {
+		return nil, err
 	}
 	l := &Log{
 		dir:  dir,
@@ -168,6 +170,29 @@ func (l *Log) setSegments(s []*segment) { l.segs.Store(&s) }
 func (l *Log) active() *segment {
 	s := l.segments()
 	return s[len(s)-1]
+}
+
+// mkdirDurable creates dir and its missing parents, and makes their
+// entries durable: it fsyncs dir's parent, and the parent of every
+// ancestor it had to create (deepest first), since a directory's entry is
+// durable only once its parent is synced.
+func mkdirDurable(fsys vfs.FS, dir string) error {
+	var created []string // missing ancestors of dir, deepest first
+	for p := filepath.Dir(dir); filepath.Dir(p) != p; p = filepath.Dir(p) {
+		if _, err := fsys.Stat(p); !os.IsNotExist(err) {
+			break
+		}
+		created = append(created, p)
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range append([]string{dir}, created...) {
+		if err := fsys.SyncDir(filepath.Dir(p)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // failure returns the sticky fsync error, or ErrClosed, or nil.

@@ -116,11 +116,8 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 		o.CheckpointInterval = defaultCheckpointInterval
 	}
 	fs := lo.FS
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
 	// The data directory's own entry, as Open does for a log's.
-	if err := fs.SyncDir(filepath.Dir(dir)); err != nil {
+	if err := mkdirDurable(fs, dir); err != nil {
 		return nil, err
 	}
 	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{},
