@@ -75,7 +75,11 @@
 //     tail: a cut batch, whose records run past the end of the file; zeros,
 //     as a whole 512-byte sector, the rest of a sector from a batch's start
 //     or the start of a sector up to the end of the file; nothing valid
-//     after it), deletes later segments and rebuilds the indexes. Damage
+//     after it), deletes later segments and rebuilds the indexes; it then
+//     writes the scanned data back in place before fsyncing it, because a
+//     process before it may have died after a failed fsync, whose pages
+//     Linux marks clean unwritten, so that no later fsync writes them
+//     ("fsyncgate"; costs one write of the scanned bytes). Damage
 //     that a crash does not leave is in the middle of the log: valid
 //     batches after the invalid one (found past it when its length field is
 //     damaged), a whole batch whose bytes match its CRC but whose base

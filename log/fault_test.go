@@ -577,3 +577,55 @@ func TestFailedAppendCutIsDurable(t *testing.T) {
 	l2 := openLog(t, "/log", crashed)
 	require.Equal(t, Batch(first).NextOffset(), l2.LogEndOffset(), "the failed append came back")
 }
+
+// TestReopenAfterFailedFsyncRewritesLostPages is the fsyncgate case: the
+// Log's fsync fails, and Linux marks the pages it failed to write clean,
+// so they still read back but no later fsync writes them. The application
+// reopens the log in the same boot (recovery reads the data from the page
+// cache), appends and syncs again; after a power loss every batch
+// acknowledged after the reopen must be there, which needs recovery to
+// write the data it trusts back before its fsync.
+func TestReopenAfterFailedFsyncRewritesLostPages(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	var failing atomic.Bool
+	fsys := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if failing.Load() && op.Kind == vfs.OpSync && strings.HasSuffix(op.Path, ".log") {
+			return vfs.Fault{Err: syscall.EIO}
+		}
+		return vfs.Fault{}
+	}))
+	l, err := Open(crashDir, faultOptions(fsys))
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := l.Append(testBatch(t, i))
+		require.NoError(t, err)
+	}
+	failing.Store(true)
+	require.ErrorIs(t, l.Sync(), ErrSyncFailed)
+	failing.Store(false)
+	require.Error(t, l.Close(), "Close reports the sticky failure")
+
+	l, err = Open(crashDir, faultOptions(fsys))
+	require.NoError(t, err, "the reopen recovers what the page cache holds")
+	var acked [][]byte
+	for i := 3; i < 5; i++ {
+		b := testBatch(t, i)
+		_, err := l.Append(b)
+		require.NoError(t, err)
+		acked = append(acked, b)
+	}
+	require.NoError(t, l.Sync())
+	st, err := tryReadState(l)
+	require.NoError(t, err)
+	require.Len(t, st.batches, 5, "the reopen kept the three unsynced batches")
+	acked = append(st.batches[:3:3], acked...)
+
+	img := mem.CrashClone(vfs.CrashOptions{})
+	l2, err := openCrashLog(t, crashDir, faultOptions(img))
+	require.NoError(t, err, "open after a power loss")
+	st, err = tryReadState(l2)
+	require.NoError(t, err)
+	checkAcked(t, st, acked)
+	require.NoError(t, l.Close())
+}

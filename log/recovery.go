@@ -458,9 +458,15 @@ func (l *Log) truncateRecovered(segs []*segment, first, i int, pos int64, cause 
 
 // syncRecovered makes the recovered state durable (the data may still be
 // only in the page cache if just the process died) and moves the recovery
-// point to the active segment.
+// point to the active segment. It writes the data back before its fsync:
+// a page whose writeback failed before (see segment.rewriteData) would
+// otherwise stay off the disk, and acknowledged appends after it with it.
 func (l *Log) syncRecovered(segs []*segment) error {
+	buf := make([]byte, rewriteChunk)
 	for _, s := range segs {
+		if err := s.rewriteData(buf); err != nil {
+			return err
+		}
 		if err := vfs.Datasync(s.file); err != nil {
 			return err
 		}
@@ -481,6 +487,9 @@ func (l *Log) syncRecovered(segs []*segment) error {
 	l.sync.durable = leo
 	return nil
 }
+
+// rewriteChunk is how many bytes recovery reads and writes back at once.
+const rewriteChunk = 1 << 20
 
 // segmentAfter returns the base offset of the segment after s, or s's next
 // offset if s is the last or no longer listed.

@@ -305,6 +305,29 @@ func (s *segment) dataEnd(maxBatch int) (int64, error) {
 	return end, err
 }
 
+// rewriteData writes the segment's committed bytes back in place, read
+// through buf, so that the next fsync writes them to disk. A failed fsync
+// on Linux marks the pages it could not write clean: they still read back
+// but no later fsync writes them ("fsyncgate"). Recovery cannot tell
+// whether a process before it hit that, so it rewrites what it trusts.
+func (s *segment) rewriteData(buf []byte) error {
+	size := s.size.Load()
+	for pos := int64(0); pos < size; {
+		n, err := s.readAt(buf, pos)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrNoProgress
+		}
+		if _, err := s.file.WriteAt(buf[:n], pos); err != nil {
+			return err
+		}
+		pos += int64(n)
+	}
+	return nil
+}
+
 // close closes the segment's file.
 func (s *segment) close() error { return s.file.Close() }
 

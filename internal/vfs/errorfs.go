@@ -374,8 +374,15 @@ func (f *errorFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, &os.PathError{Op: OpWrite.String(), Path: f.f.Name(), Err: flt.Err}
 }
 
+// Sync syncs the inner file. On a fault it drops the writeback of the
+// file's unsynced data if the inner file can model that (a MemFS file), as
+// a failed fsync does on Linux: the data stays readable, yet a later
+// successful Sync does not make it durable; only writing it again does.
 func (f *errorFile) Sync() error {
 	if err := f.fs.pathErr(OpSync, f.f.Name()); err != nil {
+		if lw, ok := f.f.(interface{ loseWriteback() }); ok {
+			lw.loseWriteback()
+		}
 		return err
 	}
 	return f.f.Sync()

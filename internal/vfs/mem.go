@@ -79,9 +79,17 @@ type memNode struct {
 	data   []byte // current contents
 	synced []byte // durable contents, as of the last Sync; never aliases data
 	// dirty is the lowest offset at which data may differ from synced, or
-	// clean when they are equal: data[:dirty] == synced[:dirty].
+	// clean when they are equal: data[:dirty] == synced[:dirty] outside the
+	// lost spans.
 	dirty int64
+	// lost lists, sorted and disjoint, the byte ranges of data whose
+	// writeback a failed Sync dropped (see loseWriteback): reads see data,
+	// but no later Sync makes it durable until it is written again.
+	lost []span
 }
+
+// span is the byte range [lo, hi) of a file.
+type span struct{ lo, hi int64 }
 
 const clean = math.MaxInt64
 
@@ -499,6 +507,7 @@ func (n *memNode) truncate(size int64, now time.Time) {
 	case size < cur:
 		n.data = n.data[:size]
 		n.markDirty(size)
+		n.clipLost(size)
 	case size > cur:
 		n.data = append(n.data, make([]byte, size-cur)...)
 		n.markDirty(cur)
@@ -510,15 +519,89 @@ func (n *memNode) markDirty(off int64) {
 	n.dirty = min(n.dirty, off)
 }
 
-// sync makes the file's current data durable. n.mu must be held.
+// sync makes the file's current data durable, except the lost spans,
+// which keep their durable bytes (zeros past the old durable size). n.mu
+// must be held.
 func (n *memNode) sync() {
 	if n.dirty == clean {
+		return
+	}
+	if len(n.lost) > 0 {
+		next := append([]byte(nil), n.data...)
+		n.restoreLost(next)
+		n.synced, n.dirty = next, clean
 		return
 	}
 	keep := min(n.dirty, int64(len(n.synced)), int64(len(n.data)))
 	// synced[:keep] has its own backing array, so this never aliases data.
 	n.synced = append(n.synced[:keep], n.data[keep:]...)
 	n.dirty = clean
+}
+
+// loseWriteback is what a failed fsync does on Linux: the kernel marks the
+// pages it failed to write clean, so their data stays readable but is not
+// on disk, and a later fsync succeeds without writing it. The unsynced
+// bytes become lost spans; a pending truncation stays pending. n.mu must be
+// held.
+func (n *memNode) loseWriteback() {
+	if n.dirty == clean {
+		return
+	}
+	if lo, hi := min(n.dirty, int64(len(n.data))), int64(len(n.data)); lo < hi {
+		n.addLost(lo, hi)
+	}
+	n.dirty = clean
+	if len(n.data) < len(n.synced) {
+		n.dirty = int64(len(n.data))
+	}
+}
+
+// restoreLost sets the bytes of img in lost spans to what is durable
+// there: synced's bytes, or zeros past its end.
+func (n *memNode) restoreLost(img []byte) {
+	for _, sp := range n.lost {
+		lo, hi := min(sp.lo, int64(len(img))), min(sp.hi, int64(len(img)))
+		c := int64(copy(img[lo:hi], n.synced[min(lo, int64(len(n.synced))):]))
+		clear(img[lo+c : hi])
+	}
+}
+
+// addLost adds [lo, hi) to the lost spans, merging overlaps.
+func (n *memNode) addLost(lo, hi int64) {
+	out := n.lost[:0:0]
+	for _, sp := range n.lost {
+		if sp.hi < lo || sp.lo > hi {
+			out = append(out, sp)
+			continue
+		}
+		lo, hi = min(lo, sp.lo), max(hi, sp.hi)
+	}
+	out = append(out, span{lo, hi})
+	sort.Slice(out, func(i, j int) bool { return out[i].lo < out[j].lo })
+	n.lost = out
+}
+
+// rewrite removes [lo, hi) from the lost spans: written again, those bytes
+// are dirty and a Sync writes them back.
+func (n *memNode) rewrite(lo, hi int64) {
+	if len(n.lost) == 0 || lo >= hi {
+		return
+	}
+	out := n.lost[:0:0]
+	for _, sp := range n.lost {
+		if sp.lo < lo {
+			out = append(out, span{sp.lo, min(sp.hi, lo)})
+		}
+		if sp.hi > hi {
+			out = append(out, span{max(sp.lo, hi), sp.hi})
+		}
+	}
+	n.lost = out
+}
+
+// clipLost drops the lost bytes at or past size (the file was truncated).
+func (n *memNode) clipLost(size int64) {
+	n.rewrite(size, math.MaxInt64)
 }
 
 type memFileInfo struct {
@@ -600,6 +683,7 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	if len(p) > 0 {
 		n.markDirty(off)
+		n.rewrite(off, end)
 	}
 	copy(n.data[off:], p)
 	n.modTime = now
@@ -621,6 +705,18 @@ func (f *memFile) Sync() error {
 	f.n.sync()
 	f.n.mu.Unlock()
 	return nil
+}
+
+// loseWriteback drops the writeback of the file's unsynced data, as a
+// failed fsync does on Linux (see memNode.loseWriteback); ErrorFS calls it
+// when it fails a Sync.
+func (f *memFile) loseWriteback() {
+	if f.n.isDir {
+		return
+	}
+	f.n.mu.Lock()
+	f.n.loseWriteback()
+	f.n.mu.Unlock()
 }
 
 // Truncate changes the file's size, filling with zeros when it grows.

@@ -26,7 +26,8 @@ type CrashOptions struct {
 	// lo on, a cut c is drawn in [lo, len(D)] and the file becomes D[:c]
 	// followed by S[c:] (if S is longer than c). c == len(D) keeps D
 	// exactly, including a pending truncation. Bytes below lo (unchanged
-	// since the last Sync) are never altered.
+	// since the last Sync) are never altered. Bytes whose writeback a
+	// failed Sync dropped (see ErrorFS) are never kept.
 	KeepUnsynced float64
 
 	// ZeroSectors is the probability that each SectorSize-aligned sector
@@ -141,7 +142,7 @@ func copyExact(n *memNode, copies map[*memNode]*memNode) *memNode {
 	}
 	n.mu.Lock()
 	c := &memNode{isDir: n.isDir, mode: n.mode, modTime: n.modTime, dirty: n.dirty,
-		data: bytes.Clone(n.data), synced: bytes.Clone(n.synced)}
+		data: bytes.Clone(n.data), synced: bytes.Clone(n.synced), lost: append([]span(nil), n.lost...)}
 	n.mu.Unlock()
 	copies[n] = c
 	if !n.isDir {
@@ -257,5 +258,8 @@ func (c *crasher) crashImage(n *memNode) []byte {
 			}
 		}
 	}
+	// A kept prefix never holds bytes whose writeback a failed Sync
+	// dropped: the kernel no longer means to write them.
+	n.restoreLost(img)
 	return img
 }

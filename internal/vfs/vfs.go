@@ -20,6 +20,9 @@
 // short writes), Crash fails the n-th operation and everything after it
 // and gives the CrashClone of that moment once the workload stopped. Injected errors wrap ErrInjected and their cause
 // (syscall.EIO, syscall.ENOSPC, ErrCrashed), so errors.Is matches both.
+// A failed File.Sync of a MemFS file behaves as on Linux ("fsyncgate"):
+// the unsynced data stays readable, but no later Sync makes it durable
+// until it is written again.
 package vfs
 
 import (
