@@ -3,6 +3,9 @@ package log
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,8 +17,9 @@ import (
 // Log with small segments (leader and follower appends, with offset leaps
 // of up to 2^31 as a follower's may have, leader epochs, TruncateTo,
 // DeleteRecordsBefore, TruncateFullyAndStartAt, retention, idempotent
-// producers and their retries, Sync, Close and reopen, a process crash or
-// a power loss and reopen) and checks the log against a model
+// producers and their retries, Sync, a Sync whose fsyncs fail (the
+// writeback lost, as on Linux) and a reopen, Close and reopen, a process
+// crash or a power loss and reopen) and checks the log against a model
 // after each one: start and end offsets, the leader epochs, and every
 // batch read back byte for byte, whole and from offsets inside batches
 // and gaps. testdata/fuzz/FuzzLogOps holds the inputs that found two
@@ -34,6 +38,9 @@ func FuzzLogOps(f *testing.F) {
 		{opsLeaderAppend, 2, opsProduce, 1, opsSync, 0, opsLeaderAppend, 1, opsPowerLoss, 0x1f,
 			opsTruncate, 0x01, opsFollowerAppend, 0x12, opsPowerLoss, 0x02, opsTruncateFully, 0x02,
 			opsLeaderAppend, 0, opsPowerLoss, 0x0c, opsRetry, 1},
+		// A failed fsync loses the writeback; the reopen must rewrite it.
+		{opsLeaderAppend, 2, opsLeaderAppend, 1, opsSync, 0x80, opsLeaderAppend, 0, opsSync, 0,
+			opsPowerLoss, 0x00},
 		// Idempotent producers retrying across truncation and a crash.
 		{opsProduce, 0, opsProduce, 1, opsProduce, 4, opsRetry, 0, opsProduce, 0, opsTruncate, 0x05,
 			opsRetry, 0, opsCrash, 0, opsRetry, 1, opsRetry, 4, opsProduce, 1},
@@ -80,6 +87,8 @@ type opsRunner struct {
 	m  opsModel
 	in []byte
 	n  int // batches built, for distinct contents
+	// failSyncs makes every fsync of a segment file fail with EIO.
+	failSyncs atomic.Bool
 }
 
 func opsOptions(fsys vfs.FS) Options {
@@ -87,7 +96,13 @@ func opsOptions(fsys vfs.FS) Options {
 }
 
 func (r *opsRunner) open(fsys *vfs.MemFS) {
-	l, err := Open(crashDir, opsOptions(fsys))
+	efs := vfs.NewErrorFS(fsys, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpSync && strings.HasSuffix(op.Path, logSuffix) && r.failSyncs.Load() {
+			return vfs.Fault{Err: syscall.EIO}
+		}
+		return vfs.Fault{}
+	}))
+	l, err := Open(crashDir, opsOptions(efs))
 	require.NoError(r.t, err)
 	r.fs, r.l = fsys, l
 }
@@ -136,10 +151,13 @@ func (r *opsRunner) step() {
 		r.open(r.fs)
 		r.m.truncateEpochsFromEnd(r.m.end) // an epoch with no batch yet is not kept
 	case opsCrash:
-		image := crashCopy(r.t, r.fs)
+		// The page cache survives a killed process, writeback lost to a
+		// failed fsync included; recovery must make what it keeps durable.
+		image := r.fs.CrashClone(vfs.CrashOptions{Kill: true})
 		require.NoError(r.t, r.l.Close())
 		r.open(image)
 		r.m.truncateEpochsFromEnd(r.m.end)
+		r.m.durable, r.m.durableStart = len(r.m.batches), r.m.start
 	case opsRetention:
 		r.retention()
 	case opsProduce:
@@ -147,11 +165,33 @@ func (r *opsRunner) step() {
 	case opsRetry:
 		r.retry(int64(1+p%3), int(p>>2)%5)
 	case opsSync:
+		if p&0x80 != 0 {
+			r.failedSync()
+			break
+		}
 		require.NoError(r.t, r.l.Sync())
 		r.m.durable = len(r.m.batches)
 	case opsPowerLoss:
 		r.powerLoss(p)
 	}
+}
+
+// failedSync syncs while every fsync of a segment fails, which loses the
+// writeback of the unsynced data, then reopens the log in the same boot,
+// as an application must after ErrSyncFailed. The reopened log holds
+// everything (the page cache does), and its recovery must have made all
+// of it durable, lost writeback included.
+func (r *opsRunner) failedSync() {
+	r.failSyncs.Store(true)
+	err := r.l.Sync()
+	if err != nil {
+		require.ErrorIs(r.t, err, ErrSyncFailed)
+	}
+	r.failSyncs.Store(false)
+	_ = r.l.Close() // the flusher may have failed too, or instead
+	r.open(r.fs)
+	r.m.truncateEpochsFromEnd(r.m.end)
+	r.m.durable, r.m.durableStart = len(r.m.batches), r.m.start
 }
 
 // powerLoss reopens the log on what a power loss would leave of its files
