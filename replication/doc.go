@@ -92,11 +92,18 @@
 // The log start follows the leader's, as in Kafka: records the leader
 // deleted (retention, or the application's DeleteRecordsBefore) are
 // deleted on a follower once its high watermark passes them, so that a
-// new leader does not bring back what was deleted. A replica that becomes
-// leader before it fetched the new start still has those records: unlike
+// new leader does not bring back what was deleted. A fetch carries the
+// follower's log start, and a follower joins the ISR only once its log
+// starts no lower than the leader's: the leader deletes the epochs below
+// its start with the records, so it cannot check a follower's records
+// there, which may be ones it never had (a former leader's uncommitted
+// batches); elected, such a follower would serve them and answer a
+// producer's retry from them. A replica already in the ISR holds the
+// leader's records up to the high watermark, so it still has the deleted
+// ones if it becomes leader before it fetched the new start: unlike
 // Kafka's DeleteRecords, which waits until every replica's log start has
-// moved, the leader does not learn its followers' log starts (the fetch
-// request does not carry them). A fetch below the leader's log start
+// moved, DeleteRecordsBefore on the leader's log returns at once. A fetch
+// below the leader's log start
 // restarts the follower's log empty at it. The leader's start may lie
 // inside a batch, which it sends whole: a follower's log that is empty,
 // or ends at or below the leader's start, then restarts at that batch
@@ -166,7 +173,8 @@
 //	fetch request:  string clusterId | i32 replicaId | i32 maxBytes |
 //	                i32 maxWaitMs | u32 count | count x (string topic |
 //	                i32 partition | i32 currentLeaderEpoch |
-//	                i64 fetchOffset | i32 lastFetchedEpoch)
+//	                i64 fetchOffset | i32 lastFetchedEpoch |
+//	                i64 logStartOffset)
 //	fetch response: u32 count | count x (string topic | i32 partition |
 //	                i16 error | i64 highWatermark | i64 logStartOffset |
 //	                i64 logEndOffset | i8 diverging (0/1) |

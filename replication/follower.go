@@ -35,7 +35,8 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 				}
 			}
 			req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: tp,
-				CurrentLeaderEpoch: p.epoch, FetchOffset: p.log.LogEndOffset(), LastFetchedEpoch: lastBatchEpoch(p.log)})
+				CurrentLeaderEpoch: p.epoch, FetchOffset: p.log.LogEndOffset(), LastFetchedEpoch: lastBatchEpoch(p.log),
+				LogStartOffset: p.log.LogStartOffset()})
 			p.lastFetch = req.seq
 		}
 		p.mu.Unlock()

@@ -52,7 +52,7 @@ func (n *Node) handleFetchPartition(req *FetchRequest, fp FetchPartition, budget
 		resp.Error = CodeOffsetOutOfRange
 		return resp, 0
 	}
-	n.trackFollower(p, req.ReplicaID, fp.FetchOffset, now)
+	n.trackFollower(p, req.ReplicaID, fp, now)
 	resp.HighWatermark = l.HighWatermark()
 	if budget <= 0 || fp.FetchOffset == resp.LogEndOffset {
 		return resp, 0
@@ -86,8 +86,14 @@ func (n *Node) countServed(resp *FetchResponse) {
 }
 
 // trackFollower records a follower's fetch offset, then expands the ISR
-// and advances the high watermark as it allows. Callers hold p.mu.
-func (n *Node) trackFollower(p *partition, id int32, fetchOffset int64, now time.Time) {
+// and advances the high watermark as it allows. A follower joins the ISR
+// once it caught up to the high watermark and to the current epoch's
+// start, and its log starts no lower than the leader's: its records below
+// the leader's start cannot be checked against the leader's epochs (they
+// were deleted), so they may be ones the leader never had, which as
+// leader it would serve and answer retries from. Callers hold p.mu.
+func (n *Node) trackFollower(p *partition, id int32, fp FetchPartition, now time.Time) {
+	fetchOffset := fp.FetchOffset
 	rs := p.followers[id]
 	leo := p.log.LogEndOffset()
 	switch {
@@ -98,7 +104,8 @@ func (n *Node) trackFollower(p *partition, id int32, fetchOffset int64, now time
 	}
 	rs.leo = fetchOffset
 	rs.lastFetchLeaderLEO, rs.lastFetchTime = leo, now
-	if !p.inISR(id) && fetchOffset >= p.log.HighWatermark() && fetchOffset >= p.epochStart {
+	if !p.inISR(id) && fetchOffset >= p.log.HighWatermark() && fetchOffset >= p.epochStart &&
+		fp.LogStartOffset >= p.log.LogStartOffset() {
 		isr := append(slices.Clone(p.isr), id)
 		slices.Sort(isr)
 		n.changeISR(p, isr)

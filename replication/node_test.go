@@ -1049,10 +1049,12 @@ func TestNodeResponseApplierStopsWhenTheLogChangesMidResponse(t *testing.T) {
 // timed out) is not applied: the leader may have answered the newer
 // request from a newer state and counted its offset. Here the leader
 // answers the first with a divergence, then deletes the records that
-// showed it; the second, identical request then finds none and makes the
-// follower a member of the ISR. Truncating by the late first answer would
-// leave an ISR member below the high watermark, with records the leader
-// no longer has to send back.
+// showed it; the second, identical request then finds none. The follower
+// does not join the ISR yet: its log starts below the leader's, on a
+// record the leader never had. Once it applied the second answer (and the
+// leader's log start), the next fetch makes it a member. Truncating by the
+// late first answer would have moved it below the high watermark, with
+// records the leader no longer has to send back.
 func TestNodeOnlyTheNewestFetchsResponseApplies(t *testing.T) {
 	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 1})
 	f := newTestReplica(t, 1, Config{})
@@ -1072,7 +1074,7 @@ func TestNodeOnlyTheNewestFetchsResponseApplies(t *testing.T) {
 	secondResp, err := leader.node.HandleFetch(second, ntime)
 	require.NoError(t, err)
 	require.Nil(t, secondResp.Partitions[0].Diverging, "the epochs that showed it are deleted")
-	require.Equal(t, []int32{0, 1}, leader.isr())
+	require.Equal(t, []int32{0}, leader.isr(), "a follower whose log starts below the leader's does not join")
 
 	_, err = f.node.HandleFetchResponse(0, first, firstResp, ntime)
 	require.NoError(t, err)
@@ -1081,4 +1083,7 @@ func TestNodeOnlyTheNewestFetchsResponseApplies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), f.log.LogStartOffset(), "the follower follows the leader's log start")
 	require.Equal(t, int64(1), f.log.HighWatermark())
+	_, err = leader.node.HandleFetch(f.node.BuildFetch(0, ntime), ntime)
+	require.NoError(t, err)
+	require.Equal(t, []int32{0, 1}, leader.isr(), "joins once its log starts at the leader's")
 }

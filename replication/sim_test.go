@@ -1336,6 +1336,23 @@ func TestSimulation(t *testing.T) {
 	}
 }
 
+// simRegressionSeeds are seeds, beyond the first simSeeds, that found
+// bugs; every run checks them again.
+var simRegressionSeeds = []uint64{
+	60045560,  // a retry answered from a batch below the log start (log: truncateHead)
+	150140823, // a follower joined the ISR with records below the leader's log start
+}
+
+func TestSimulationRegressions(t *testing.T) {
+	for _, seed := range simRegressionSeeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			s := newSim(simParamsFor(seed))
+			reportSim(t, s, s.run())
+		})
+	}
+}
+
 // TestSimulationReplay runs seeds twice: the same seed gives the same
 // trace (every event, and every node's state after every step). The
 // seeds cover both crash models, one and two partitions.

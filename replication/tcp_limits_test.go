@@ -106,11 +106,11 @@ func TestDecodeFetchRequestAllocates(t *testing.T) {
 	}{
 		{"empty topics", func(int) string { return "" }, 2},
 		{"one topic", func(int) string { return "orders" }, 3},
-		{"runs of topics", func(i int) string { return []string{"orders", "payments"}[i/100%2] }, 3 + DefaultMaxRequestBytes/(100*28)},
+		{"runs of topics", func(i int) string { return []string{"orders", "payments"}[i/100%2] }, 3 + DefaultMaxRequestBytes/(100*36)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := &FetchRequest{ClusterID: "c"}
-			for size := 64; size < DefaultMaxRequestBytes-64; size += 22 + len(tc.topic(len(req.Partitions))) {
+			for size := 64; size < DefaultMaxRequestBytes-64; size += minRequestPartitionBytes + len(tc.topic(len(req.Partitions))) {
 				req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: TopicPartition{Topic: tc.topic(len(req.Partitions))}})
 			}
 			frame, err := appendFetchRequestFrame(nil, 1, req)
@@ -258,7 +258,7 @@ func TestTCPServerRefusalReachesALargerClient(t *testing.T) {
 	data := testData(1 << 10)
 	_, ln := startServer(t, echoHandler(segmentFile(t, data), data, nil), TCPOptions{MaxRequestBytes: 8 << 10})
 	tr := newTransport(t, ln.Addr().String(), TCPOptions{MaxRequestBytes: 8 << 20})
-	req := testRequest(150_000) // about 3.5 MiB
+	req := testRequest(150_000) // about 4.3 MiB
 	for range 3 {
 		_, err := tr.Fetch(context.Background(), 0, req)
 		require.ErrorIs(t, err, ErrRemote)
@@ -307,7 +307,7 @@ func TestTCPServerDropsLargeResponseBuffers(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	exchange(1, 150_000) // its headers take about 16 MiB of buffers
+	exchange(1, 130_000) // its headers take about 14 MiB of buffers
 	exchange(2, 1)
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -142,7 +142,7 @@ func testRequest(parts int) *FetchRequest {
 	req := &FetchRequest{ClusterID: "c", ReplicaID: 1, MaxBytes: 1 << 20}
 	for i := 0; i < parts; i++ {
 		req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: TopicPartition{Topic: "t", Partition: int32(i)},
-			CurrentLeaderEpoch: 1, FetchOffset: int64(100 + i), LastFetchedEpoch: 1})
+			CurrentLeaderEpoch: 1, FetchOffset: int64(100 + i), LastFetchedEpoch: 1, LogStartOffset: int64(i)})
 	}
 	return req
 }

@@ -90,6 +90,11 @@ type FetchPartition struct {
 	// LastFetchedEpoch is the epoch of the follower's last batch, or
 	// log.NoLeaderEpoch; the leader checks it for divergence.
 	LastFetchedEpoch int32
+	// LogStartOffset is the follower's log start offset. The leader
+	// admits the follower to the ISR only once it is at or above the
+	// leader's: below its own start the leader has deleted the epochs it
+	// would check the follower's records against.
+	LogStartOffset int64
 }
 
 // EpochEndOffset is a diverging epoch: the largest epoch of the leader at

@@ -53,7 +53,7 @@ const (
 
 	// Smallest encodings of one partition (empty topic name), used to
 	// reject counts the frame cannot hold before allocating for them.
-	minRequestPartitionBytes  = 2 + 4 + 4 + 8 + 4
+	minRequestPartitionBytes  = 2 + 4 + 4 + 8 + 4 + 8
 	minResponsePartitionBytes = 2 + 4 + 2 + 8 + 8 + 8 + 1 + 4 + 8 + 4
 	// responsePartitionHeaderFixed is a partition header without its
 	// topic name bytes.
@@ -163,6 +163,7 @@ func appendFetchRequestFrame(dst []byte, corr uint64, req *FetchRequest) ([]byte
 		dst = binary.BigEndian.AppendUint32(dst, uint32(p.CurrentLeaderEpoch))
 		dst = binary.BigEndian.AppendUint64(dst, uint64(p.FetchOffset))
 		dst = binary.BigEndian.AppendUint32(dst, uint32(p.LastFetchedEpoch))
+		dst = binary.BigEndian.AppendUint64(dst, uint64(p.LogStartOffset))
 	}
 	if err := finishFrame(dst, start); err != nil {
 		return dst[:start], err
@@ -420,6 +421,7 @@ func decodeFetchRequest(body []byte) (*FetchRequest, error) {
 		p.CurrentLeaderEpoch = r.i32("current leader epoch")
 		p.FetchOffset = r.i64("fetch offset")
 		p.LastFetchedEpoch = r.i32("last fetched epoch")
+		p.LogStartOffset = r.i64("log start offset")
 	}
 	if err := r.end(); err != nil {
 		return nil, err
