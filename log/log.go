@@ -329,10 +329,28 @@ func (l *Log) writeRecoveryPointAtLeast(min int64) error {
 	l.bg.flushMu.Lock()
 	defer l.bg.flushMu.Unlock()
 	rp := l.recoveryPt.Load()
-	if rp >= min && !l.bg.rpLazy.behind {
+	if st := l.opts.recoveryPoints; st != nil {
+		// A Manager writes lazy stores later: only what its file holds
+		// counts.
+		if st.fileHoldsAtLeast(l.dir, min) {
+			return nil
+		}
+	} else if rp >= min && !l.bg.rpLazy.behind {
 		return nil
 	}
 	return l.writeRecoveryPointLocked(max(rp, min))
+}
+
+// recoveryPointMayExceed reports whether recovery after a crash now may
+// start above off: the published recovery point is, or a Manager's
+// checkpoint file may still hold one that is (recovery lowers the
+// published one without writing it at once).
+func (l *Log) recoveryPointMayExceed(off int64) bool {
+	if l.recoveryPt.Load() > off {
+		return true
+	}
+	st := l.opts.recoveryPoints
+	return st != nil && st.fileMayExceed(l.dir, off)
 }
 
 func (l *Log) writeRecoveryPointLocked(rp int64) error {

@@ -3,8 +3,10 @@ package log
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -43,6 +45,17 @@ func validLogName(name string) bool {
 		}
 	}
 	return true
+}
+
+// reservedName reports whether name is, or may become, one of the
+// Manager's own entries in the data directory: its checkpoint files,
+// their temporary files, and deleted logs' directories.
+func reservedName(name string) bool {
+	switch strings.TrimSuffix(name, tmpSuffix) {
+	case managerCheckpointFile, managerHighWatermarkFile, managerCleanShutdownFile:
+		return true
+	}
+	return strings.HasSuffix(name, tmpSuffix) || filepath.Ext(name) == deletedDirSuffix
 }
 
 // ManagerOptions configure a Manager.
@@ -84,10 +97,14 @@ type Manager struct {
 	sched *scheduler
 	files *fileCache
 
-	mu     sync.Mutex
-	logs   map[string]*Log
-	busy   map[string]bool // names being created or deleted, outside mu
-	closed bool
+	mu   sync.Mutex
+	logs map[string]*Log
+	busy map[string]bool // names being created or deleted, outside mu
+	// undeleted are closed logs whose Delete failed before their
+	// directory and recovery point were durably gone: Delete retries,
+	// Create refuses (it would open the old data).
+	undeleted map[string]bool
+	closed    bool
 
 	rp rpStore
 
@@ -121,7 +138,7 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{},
-		busy: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+		busy: map[string]bool{}, undeleted: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	m.rp = newRPStore(m)
 	cleanFile, err := m.rp.read()
 	if err != nil {
@@ -248,7 +265,7 @@ func (m *Manager) Dir() string { return m.dir }
 
 // Create creates and opens a new, empty log called name.
 func (m *Manager) Create(name string) (*Log, error) {
-	if !validLogName(name) || filepath.Ext(name) == deletedDirSuffix {
+	if !validLogName(name) || reservedName(name) {
 		return nil, fmt.Errorf("replog/log: invalid log name %q", name)
 	}
 	m.mu.Lock()
@@ -256,7 +273,7 @@ func (m *Manager) Create(name string) (*Log, error) {
 		m.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if _, ok := m.logs[name]; ok || m.busy[name] {
+	if _, ok := m.logs[name]; ok || m.busy[name] || m.undeleted[name] {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrLogExists, name)
 	}
@@ -288,7 +305,7 @@ func (m *Manager) create(name string) (*Log, error) {
 	// gone, durably, before the new log can be written, or a crash would
 	// make recovery trust the old log's recovery point for the new log's
 	// segments.
-	stale := m.rp.has(dir)
+	stale := m.rp.has(dir) || m.rp.fileMayHold(dir)
 	m.rp.forget(dir) // and a high watermark left by a deleted log
 	if stale {
 		if err := m.rp.write(); err != nil {
@@ -321,35 +338,56 @@ func (m *Manager) Names() []string {
 
 // Delete closes the log called name and removes its directory: it is
 // renamed to "<name>.deleted" durably first, so a crash midway finishes
-// the deletion at the next OpenManager.
+// the deletion at the next OpenManager. If it fails before the rename and
+// the log's recovery point are durably gone, the name stays taken (Create
+// fails with ErrLogExists) and Delete may be called again to finish.
 func (m *Manager) Delete(name string) error {
 	m.mu.Lock()
 	l, ok := m.logs[name]
-	delete(m.logs, name)
-	if ok {
-		// Create fails with ErrLogExists until the directory is gone:
-		// it would open the old log's files.
-		m.busy[name] = true
-		defer func() {
-			m.mu.Lock()
-			delete(m.busy, name)
-			m.mu.Unlock()
-		}()
-	}
-	m.mu.Unlock()
-	if !ok {
+	retry := m.undeleted[name] && !m.busy[name]
+	if !ok && !retry {
+		m.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNoSuchLog, name)
 	}
-	_ = l.Close()
+	delete(m.logs, name)
+	// Create fails with ErrLogExists until the directory is gone: it
+	// would open the old log's files.
+	m.busy[name] = true
+	m.mu.Unlock()
+	if ok {
+		_ = l.Close()
+	}
+	gone, err := m.removeLog(name)
+	m.mu.Lock()
+	delete(m.busy, name)
+	if gone {
+		delete(m.undeleted, name)
+	} else {
+		m.undeleted[name] = true
+	}
+	m.mu.Unlock()
+	return err
+}
+
+// removeLog renames the closed log's directory aside durably, drops its
+// recovery point from the checkpoint file and removes the directory.
+// gone reports whether the log is gone for good (even if the final
+// removal failed: the next Delete or OpenManager removes it). It may be
+// called again after a failure.
+func (m *Manager) removeLog(name string) (gone bool, err error) {
 	fs := m.opts.Log.FS
 	dir := filepath.Join(m.dir, name)
-	gone := dir + deletedDirSuffix
-	_ = fs.RemoveAll(gone) // left by an earlier Delete whose removal failed
-	if err := fs.Rename(dir, gone); err != nil {
-		return err
+	aside := dir + deletedDirSuffix
+	if _, err := fs.Stat(dir); err == nil {
+		_ = fs.RemoveAll(aside) // left by an earlier Delete whose removal failed
+		if err := fs.Rename(dir, aside); err != nil {
+			return false, err
+		}
+	} else if !os.IsNotExist(err) {
+		return false, err
 	}
 	if err := fs.SyncDir(m.dir); err != nil {
-		return err
+		return false, err
 	}
 	// The log's recovery point leaves the checkpoint file now, not at the
 	// next timed write: a log created again under the name must never be
@@ -357,9 +395,9 @@ func (m *Manager) Delete(name string) error {
 	// unsynced segments below it.
 	m.rp.forget(dir)
 	if err := m.rp.write(); err != nil {
-		return err
+		return false, err
 	}
-	return fs.RemoveAll(gone)
+	return true, fs.RemoveAll(aside)
 }
 
 // ManagerStats is a snapshot of a Manager.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -38,13 +39,22 @@ type rpStore struct {
 	wasClean map[string]int64
 	// closedClean holds the logs closed cleanly since OpenManager.
 	closedClean map[string]int64
+	// fileLo and fileHi bound what the checkpoint file holds, by log: a
+	// log in fileLo is in the file with a recovery point of at least that;
+	// a log in fileHi may be in it, with at most that. They differ only
+	// after a failed write, which may or may not have replaced the file.
+	// Recovery after a crash starts from the file's value, which may be
+	// above offsets (after a recovery or a Delete) or below them (a lazy
+	// store not yet written).
+	fileLo, fileHi map[string]int64
 
 	writeMu sync.Mutex // one file write at a time
 }
 
 func newRPStore(m *Manager) rpStore {
 	return rpStore{m: m, offsets: map[string]int64{}, hws: map[string]int64{},
-		wasClean: map[string]int64{}, closedClean: map[string]int64{}}
+		wasClean: map[string]int64{}, closedClean: map[string]int64{},
+		fileLo: map[string]int64{}, fileHi: map[string]int64{}}
 }
 
 func (s *rpStore) path() string { return filepath.Join(s.m.dir, managerCheckpointFile) }
@@ -75,6 +85,33 @@ func (s *rpStore) forget(dir string) {
 	delete(s.closedClean, name)
 	s.dirty = true
 	s.mu.Unlock()
+}
+
+// fileHoldsAtLeast reports whether the checkpoint file certainly holds a
+// recovery point of at least min for the log in dir.
+func (s *rpStore) fileHoldsAtLeast(dir string, min int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rp, ok := s.fileLo[filepath.Base(dir)]
+	return ok && rp >= min
+}
+
+// fileMayExceed reports whether the checkpoint file may hold a recovery
+// point above off for the log in dir.
+func (s *rpStore) fileMayExceed(dir string, off int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rp, ok := s.fileHi[filepath.Base(dir)]
+	return ok && rp > off
+}
+
+// fileMayHold reports whether the checkpoint file may hold a recovery
+// point for the log in dir.
+func (s *rpStore) fileMayHold(dir string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.fileHi[filepath.Base(dir)]
+	return ok
 }
 
 // has reports whether a recovery point is kept for dir.
@@ -129,15 +166,31 @@ func (s *rpStore) write() error {
 	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	data := encodeNamedCheckpoint(s.offsets)
+	written := maps.Clone(s.offsets)
 	s.dirty = false
 	s.mu.Unlock()
-	if err := writeFileAtomic(s.m.opts.Log.FS, s.path(), data); err != nil {
-		s.mu.Lock()
-		s.dirty = true
-		s.mu.Unlock()
-		return err
+	err := writeFileAtomic(s.m.opts.Log.FS, s.path(), data)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.fileLo, s.fileHi = written, maps.Clone(written)
+		return nil
 	}
-	return nil
+	s.dirty = true
+	// The file holds the old offsets or the new ones.
+	for name, lo := range s.fileLo {
+		if rp, ok := written[name]; ok {
+			s.fileLo[name] = min(lo, rp)
+		} else {
+			delete(s.fileLo, name)
+		}
+	}
+	for name, rp := range written {
+		if hi, ok := s.fileHi[name]; !ok || rp > hi {
+			s.fileHi[name] = rp
+		}
+	}
+	return err
 }
 
 // read loads the checkpoint files; a missing file is empty, a corrupt
@@ -147,6 +200,7 @@ func (s *rpStore) read() (cleanFile bool, err error) {
 	if s.offsets, _, err = s.readFile(managerCheckpointFile); err != nil {
 		return false, err
 	}
+	s.fileLo, s.fileHi = maps.Clone(s.offsets), maps.Clone(s.offsets)
 	if s.hws, _, err = s.readFile(managerHighWatermarkFile); err != nil {
 		return false, err
 	}

@@ -182,6 +182,13 @@ type recoveryPointStore interface {
 	// loadHighWatermark returns the high watermark of the last clean
 	// Close.
 	loadHighWatermark(dir string) (int64, bool)
+	// fileHoldsAtLeast reports whether the durable checkpoint certainly
+	// holds a recovery point of at least min for dir (lazy stores are
+	// written later).
+	fileHoldsAtLeast(dir string, min int64) bool
+	// fileMayExceed reports whether the durable checkpoint may hold a
+	// recovery point above off for dir.
+	fileMayExceed(dir string, off int64) bool
 }
 
 // withDefaults returns a copy of o with zero fields set to their defaults,

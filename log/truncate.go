@@ -92,8 +92,8 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.syncDirIfDirty(); err != nil {
 		return l.fail(err)
 	}
-	if l.recoveryPt.Load() > s.base {
-		if err := l.writeRecoveryPoint(s.base); err != nil {
+	if l.recoveryPointMayExceed(s.base) {
+		if err := l.writeRecoveryPoint(min(l.recoveryPt.Load(), s.base)); err != nil {
 			return err
 		}
 	}
@@ -190,10 +190,10 @@ func (l *Log) afterTruncation(newLEO int64) error {
 	l.sync.durable = min(l.sync.durable, newLEO)
 	l.sync.mu.Unlock()
 	var err error
-	if rp := l.recoveryPt.Load(); rp > newLEO {
+	if l.recoveryPointMayExceed(newLEO) {
 		// writeRecoveryPoint publishes it once written, and fails the log
 		// if it cannot be.
-		err = l.writeRecoveryPoint(l.active().base)
+		err = l.writeRecoveryPoint(min(l.recoveryPt.Load(), l.active().base))
 	}
 	l.waiters.wake()
 	return err

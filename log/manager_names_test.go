@@ -1,0 +1,43 @@
+package log
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// TestManagerReservedLogNames: Create refuses the names of the Manager's
+// own files in the data directory (clean-shutdown,
+// recovery-point-offset-checkpoint, replication-offset-checkpoint and
+// their ".tmp" files): a log directory there would make checkpoint writes
+// fail and the data directory no longer open.
+func TestManagerReservedLogNames(t *testing.T) {
+	for _, name := range []string{managerCleanShutdownFile, managerCheckpointFile + tmpSuffix} {
+		t.Run(name, func(t *testing.T) {
+			requireNoGoroutineLeak(t)
+			mem := vfs.NewMem()
+			opts := ManagerOptions{Log: Options{FS: mem}, CheckpointInterval: time.Hour}
+			m, err := OpenManager(mgrCrashDir, opts)
+			require.NoError(t, err)
+			_, err = m.Create("ok-0")
+			require.NoError(t, err)
+			_, err = m.Create(name)
+			if err != nil {
+				require.NoError(t, m.Close())
+				return // refused: fine
+			}
+			closeErr := m.Close()
+			m2, openErr := OpenManager(mgrCrashDir, opts)
+			var close2Err error
+			if openErr == nil {
+				close2Err = m2.Close()
+			}
+			t.Logf("first Close: %v; reopen: %v; second Close: %v", closeErr, openErr, close2Err)
+			require.NoError(t, closeErr, "Close after creating a log named %q", name)
+			require.NoError(t, openErr, "OpenManager after creating a log named %q", name)
+		})
+	}
+}

@@ -1,0 +1,130 @@
+package log
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// TestManagerTruncateBelowTheFilesRecoveryPoint: after an unclean
+// OpenManager, recovery lowers a log's recovery point to its active
+// segment's base in memory only (the Manager writes it at its next timed
+// checkpoint), while the checkpoint file still holds the higher one of
+// the last clean close. A TruncateTo below the file's recovery point must
+// lower it on disk before it cuts, although the in-memory one is low
+// enough.
+func TestManagerTruncateBelowTheFilesRecoveryPoint(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	group := NewFlushGroup(1)
+	mo := func(fs vfs.FS) ManagerOptions {
+		return ManagerOptions{
+			Log:                Options{FS: fs, SegmentBytes: 4096, IndexIntervalBytes: 256, FlushGroup: group},
+			CheckpointInterval: time.Hour, // (1 s by default: the window is 1 s after OpenManager)
+		}
+	}
+	mem := vfs.NewMem()
+
+	// Manager A: 4 batches of 20 small records in one segment, clean close:
+	// the checkpoint holds recovery point 80.
+	m, err := OpenManager(mgrCrashDir, mo(mem))
+	require.NoError(t, err)
+	x, err := m.Create("x")
+	require.NoError(t, err)
+	var old [][]byte
+	for k := 0; k < 4; k++ {
+		b := buildBatch(t, 20, 4, int64(1000+k*100))
+		_, err := x.Append(b)
+		require.NoError(t, err)
+		old = append(old, b)
+	}
+	require.Equal(t, int64(80), x.LogEndOffset())
+	require.Equal(t, 1, x.Stats().Segments)
+	require.NoError(t, m.Close())
+
+	// Manager B opens it (removing the clean-shutdown file) and its
+	// process is killed.
+	m, err = OpenManager(mgrCrashDir, mo(mem))
+	require.NoError(t, err)
+	img1 := mem.CrashClone(vfs.CrashOptions{Kill: true})
+	require.NoError(t, m.Close())
+
+	// Manager C recovers.
+	m, err = OpenManager(mgrCrashDir, mo(img1))
+	require.NoError(t, err)
+	defer m.Close()
+	x, _ = m.Get("x")
+	rps, _, err := readNamed(img1, managerCheckpointFile)
+	require.NoError(t, err)
+	t.Logf("after recovery: in-memory recovery point %d, on disk %d", x.RecoveryPoint(), rps["x"])
+
+	// A follower truncation below the on-disk recovery point...
+	require.NoError(t, x.TruncateTo(20))
+	rps, _, err = readNamed(img1, managerCheckpointFile)
+	require.NoError(t, err)
+	require.LessOrEqual(t, rps["x"], int64(20), "TruncateTo left a recovery point above the new log end on disk")
+}
+
+// TestManagerTruncateBelowTheFilesRecoveryPointCrash continues the
+// scenario above to appends, rolls and a power loss: recovery must scan
+// the cut segment.
+func TestManagerTruncateBelowTheFilesRecoveryPointCrash(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	group := NewFlushGroup(1)
+	mo := func(fs vfs.FS) ManagerOptions {
+		return ManagerOptions{
+			Log:                Options{FS: fs, SegmentBytes: 4096, IndexIntervalBytes: 256, FlushGroup: group},
+			CheckpointInterval: time.Hour,
+		}
+	}
+	mem := vfs.NewMem()
+	m, err := OpenManager(mgrCrashDir, mo(mem))
+	require.NoError(t, err)
+	x, err := m.Create("x")
+	require.NoError(t, err)
+	var old [][]byte
+	for k := 0; k < 4; k++ {
+		b := buildBatch(t, 20, 4, int64(1000+k*100))
+		_, err := x.Append(b)
+		require.NoError(t, err)
+		old = append(old, b)
+	}
+	require.NoError(t, m.Close())
+	m, err = OpenManager(mgrCrashDir, mo(mem))
+	require.NoError(t, err)
+	img1 := mem.CrashClone(vfs.CrashOptions{Kill: true})
+	require.NoError(t, m.Close())
+
+	m, err = OpenManager(mgrCrashDir, mo(img1))
+	require.NoError(t, err)
+	x, _ = m.Get("x")
+	require.NoError(t, x.TruncateTo(20))
+	// New data after the cut: big one-record batches, so the segment rolls
+	// (twice) at offsets below 80. The roll flushes wait for the group's
+	// turn, held here; nothing is synced.
+	release := group.acquire(false)
+	want := [][]byte{old[0]}
+	for k := 0; k < 8; k++ {
+		b := buildBatch(t, 1, 1000, int64(5000+k))
+		_, err := x.Append(b)
+		require.NoError(t, err)
+		want = append(want, b)
+	}
+	t.Logf("before the power loss: log end %d, segments %d, in-memory recovery point %d", x.LogEndOffset(), x.Stats().Segments, x.RecoveryPoint())
+	img2 := img1.CrashClone(vfs.CrashOptions{KeepDirOps: 1}) // unsynced data lost, entries kept
+	release()
+	require.NoError(t, m.Close())
+
+	m, err = OpenManager(mgrCrashDir, mo(img2))
+	require.NoError(t, err)
+	defer m.Close()
+	x, _ = m.Get("x")
+	t.Logf("recovered: start %d end %d segments %d", x.LogStartOffset(), x.LogEndOffset(), x.Stats().Segments)
+	st, err := tryReadState(x)
+	require.NoError(t, err, "recovery skipped the cut segment")
+	for i, b := range st.batches {
+		require.Equal(t, want[i], b, "batch %d", i)
+	}
+}
