@@ -106,6 +106,9 @@ type cachedFile struct {
 	elem   *list.Element // in list, while open and idle
 	list   *list.List    // c.idle or c.dirty
 	closed bool
+	// writing counts WriteAt calls in progress (counted in writes, not
+	// yet in the file: an fsync does not cover them).
+	writing uint64
 	// writes counts WriteAt calls, synced how many of them the last
 	// successful fsync covered: the file is dirty while they differ.
 	writes, synced uint64
@@ -122,7 +125,9 @@ func (cf *cachedFile) acquire() (vfs.File, error) { return cf.acquireFor(false) 
 func (cf *cachedFile) acquireWrite() (vfs.File, error) { return cf.acquireFor(true) }
 
 // acquireFor is acquire; write counts the use as a write, before it
-// happens, so that a concurrent fsync does not count it as covered.
+// happens, so that the file counts as dirty from now on, and as one in
+// progress until releaseWrite, so that a concurrent fsync does not count
+// it as covered.
 func (cf *cachedFile) acquireFor(write bool) (vfs.File, error) {
 	c := cf.c
 	c.mu.Lock()
@@ -132,6 +137,7 @@ func (cf *cachedFile) acquireFor(write bool) (vfs.File, error) {
 	}
 	if write {
 		cf.writes++
+		cf.writing++
 	}
 	cf.unlinkIdleLocked()
 	cf.info = nil // the file may change from now on
@@ -207,7 +213,7 @@ func (cf *cachedFile) unlinkIdleLocked() {
 // which writes a successful one covered.
 func (cf *cachedFile) acquireSync() (f vfs.File, done func(error), err error) {
 	cf.c.mu.Lock()
-	covers := cf.writes
+	covers := cf.writes - cf.writing
 	cf.c.mu.Unlock()
 	f, err = cf.acquire()
 	done = func(err error) {
@@ -219,6 +225,14 @@ func (cf *cachedFile) acquireSync() (f vfs.File, done func(error), err error) {
 		cf.release()
 	}
 	return f, done, err
+}
+
+// releaseWrite ends a use by a WriteAt, now in the file.
+func (cf *cachedFile) releaseWrite() {
+	cf.c.mu.Lock()
+	cf.writing--
+	cf.c.mu.Unlock()
+	cf.release()
 }
 
 // release ends a use; an idle file goes back on the list.
@@ -271,7 +285,7 @@ func (cf *cachedFile) WriteAt(p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer cf.release()
+	defer cf.releaseWrite()
 	return f.WriteAt(p, off)
 }
 
