@@ -214,11 +214,18 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 	info.LastOffset = lastBatchOf(batches).LastOffset()
 	if dup, isDup, err := l.checkProducers(batches, leader); err != nil || isDup {
 		l.mu.Unlock()
-		if isDup {
-			dup.Records, dup.MaxTimestamp = info.Records, info.MaxTimestamp
-			return dup, nil
+		if !isDup {
+			return info, err
 		}
-		return info, err
+		dup.Records, dup.MaxTimestamp = info.Records, info.MaxTimestamp
+		if l.opts.SyncEveryAppend && l.DurableOffset() <= dup.LastOffset {
+			// The original may still be in its fsync, which may fail: the
+			// retry is acknowledged only once it is durable.
+			if err := l.Sync(); err != nil {
+				return dup, err
+			}
+		}
+		return dup, nil
 	}
 	if err := l.assignBatchEpochs(batches); err != nil {
 		l.producers.discard()

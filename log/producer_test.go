@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1157,4 +1158,49 @@ func TestProducerRetryCacheFollowsTheLogStart(t *testing.T) {
 	check(l)
 	require.NoError(t, l.Close())
 	check(idemOpen(t, fs, Options{}))
+}
+
+// TestProducerRetryWaitsForTheOriginalsFsync: with SyncEveryAppend an
+// Append returns once its batches are fsynced, and so does a retry
+// answered as a duplicate while the original's fsync still runs; when
+// that fsync fails, the retry fails too instead of acknowledging records
+// that were never durable.
+func TestProducerRetryWaitsForTheOriginalsFsync(t *testing.T) {
+	var blockSync atomic.Bool
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	efs := vfs.NewErrorFS(idemMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpSync && strings.HasSuffix(op.Path, logSuffix) && blockSync.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+			return vfs.Fault{Err: errIdemEIO}
+		}
+		return vfs.Fault{}
+	}))
+	l := idemOpen(t, efs, Options{SyncEveryAppend: true})
+	idemAppend(t, l, idemBatch(t, 3, 0, 0, 1, 1000)) // offset 0, synced
+
+	orig := idemBatch(t, 3, 0, 1, 2, 1000)
+	blockSync.Store(true)
+	origErr, retryErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := l.Append(append([]byte(nil), orig...))
+		origErr <- err
+	}()
+	<-entered // the original is written, its fsync running
+	go func() {
+		info, err := l.Append(append([]byte(nil), orig...)) // the producer's retry
+		if err == nil && !info.Duplicate {
+			err = errors.New("the retry was written again")
+		}
+		retryErr <- err
+	}()
+	select {
+	case err := <-retryErr:
+		t.Fatalf("the retry returned (%v) while the original's fsync was running", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	require.ErrorIs(t, <-origErr, ErrSyncFailed)
+	require.ErrorIs(t, <-retryErr, ErrSyncFailed, "the retry acknowledged records whose fsync failed")
 }
