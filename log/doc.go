@@ -179,8 +179,9 @@
 // of the producer's last five still in the log) is not written again:
 // Append returns the original offsets with AppendInfo.Duplicate set. When
 // the log start moves (DeleteRecordsBefore, retention), cached batches
-// that end before it are dropped; the producers stay (with their epoch
-// and last sequence) until they expire, as in Kafka since KIP-360. With
+// that end before it are dropped, and the producers left with none
+// (not those a transaction marker left without one: their epoch stays
+// fenced). With
 // SyncEveryAppend a retry returns once the original is durable.
 //
 // # Checkpoint files

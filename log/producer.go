@@ -270,17 +270,25 @@ func (ps *producerState) findDuplicates(batches []byte) (AppendInfo, bool, error
 }
 
 // truncateHead follows the log start to start: it drops the cached
-// batches that end before it. A retry is then never answered with
-// offsets the log no longer holds: below its start a follower's records
-// may not be its leader's (the leader cannot compare epochs it deleted),
-// so a batch of those may never have been committed. The producers stay,
-// with their epoch and last sequence, until they expire, as in Kafka
-// since KIP-360: a producer whose epoch a transaction marker raised has
-// no cached batch, and dropping it would let its fenced epoch write
-// again.
+// batches that end before it, and the producers it leaves with none. A
+// retry is then never answered with offsets the log no longer holds:
+// below its start a follower's records may not be its leader's (the
+// leader cannot compare epochs it deleted), so a batch of those may never
+// have been committed. A producer that had no cached batch before stays:
+// a transaction marker raised its epoch, and dropping it would let its
+// fenced epoch write again (Kafka, since KIP-360, keeps every producer
+// until it expires; it also keeps a producer's last sequence, which an
+// entry here holds only in its cached batches).
 func (ps *producerState) truncateHead(start int64) {
-	for i := range ps.entries {
-		ps.entries[i].dropBefore(start)
+	for i := len(ps.entries) - 1; i >= 0; i-- {
+		e := &ps.entries[i].producerEntry
+		if e.n == 0 {
+			continue
+		}
+		e.dropBefore(start)
+		if e.n == 0 {
+			ps.removeAt(i)
+		}
 	}
 }
 

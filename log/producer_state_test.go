@@ -34,9 +34,8 @@ func TestProducerStateMatchesMap(t *testing.T) {
 			start := int64(step - rng.IntN(500))
 			ps.truncateHead(start)
 			for pid, e := range model {
-				if e.n == 1 && e.batches[0].lastOffset < start {
-					e.n = 0 // the batch goes, the producer stays
-					model[pid] = e
+				if e.batches[0].lastOffset < start {
+					delete(model, pid)
 				}
 			}
 		}
