@@ -228,17 +228,18 @@ func (cf *cachedFile) acquireSync() (f vfs.File, done func(error), err error) {
 }
 
 // releaseWrite ends a use by a WriteAt, now in the file.
-func (cf *cachedFile) releaseWrite() {
-	cf.c.mu.Lock()
-	cf.writing--
-	cf.c.mu.Unlock()
-	cf.release()
-}
+func (cf *cachedFile) releaseWrite() { cf.releaseFor(true) }
 
 // release ends a use; an idle file goes back on the list.
-func (cf *cachedFile) release() {
+func (cf *cachedFile) release() { cf.releaseFor(false) }
+
+// releaseFor is release; write ends a WriteAt's use.
+func (cf *cachedFile) releaseFor(write bool) {
 	c := cf.c
 	c.mu.Lock()
+	if write {
+		cf.writing--
+	}
 	cf.refs--
 	var toClose []vfs.File
 	if cf.refs == 0 && cf.f != nil {

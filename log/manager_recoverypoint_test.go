@@ -18,44 +18,13 @@ import (
 // enough.
 func TestManagerTruncateBelowTheFilesRecoveryPoint(t *testing.T) {
 	requireNoGoroutineLeak(t)
-	group := NewFlushGroup(1)
-	mo := func(fs vfs.FS) ManagerOptions {
-		return ManagerOptions{
-			Log:                Options{FS: fs, SegmentBytes: 4096, IndexIntervalBytes: 256, FlushGroup: group},
-			CheckpointInterval: time.Hour, // (1 s by default: the window is 1 s after OpenManager)
-		}
-	}
-	mem := vfs.NewMem()
-
-	// Manager A: 4 batches of 20 small records in one segment, clean close:
-	// the checkpoint holds recovery point 80.
-	m, err := OpenManager(mgrCrashDir, mo(mem))
-	require.NoError(t, err)
-	x, err := m.Create("x")
-	require.NoError(t, err)
-	var old [][]byte
-	for k := 0; k < 4; k++ {
-		b := buildBatch(t, 20, 4, int64(1000+k*100))
-		_, err := x.Append(b)
-		require.NoError(t, err)
-		old = append(old, b)
-	}
-	require.Equal(t, int64(80), x.LogEndOffset())
-	require.Equal(t, 1, x.Stats().Segments)
-	require.NoError(t, m.Close())
-
-	// Manager B opens it (removing the clean-shutdown file) and its
-	// process is killed.
-	m, err = OpenManager(mgrCrashDir, mo(mem))
-	require.NoError(t, err)
-	img1 := mem.CrashClone(vfs.CrashOptions{Kill: true})
-	require.NoError(t, m.Close())
+	mo, img1, _ := killedAfterCleanClose(t)
 
 	// Manager C recovers.
-	m, err = OpenManager(mgrCrashDir, mo(img1))
+	m, err := OpenManager(mgrCrashDir, mo(img1))
 	require.NoError(t, err)
 	defer m.Close()
-	x, _ = m.Get("x")
+	x, _ := m.Get("x")
 	rps, _, err := readNamed(img1, managerCheckpointFile)
 	require.NoError(t, err)
 	t.Logf("after recovery: in-memory recovery point %d, on disk %d", x.RecoveryPoint(), rps["x"])
@@ -72,34 +41,11 @@ func TestManagerTruncateBelowTheFilesRecoveryPoint(t *testing.T) {
 // the cut segment.
 func TestManagerTruncateBelowTheFilesRecoveryPointCrash(t *testing.T) {
 	requireNoGoroutineLeak(t)
-	group := NewFlushGroup(1)
-	mo := func(fs vfs.FS) ManagerOptions {
-		return ManagerOptions{
-			Log:                Options{FS: fs, SegmentBytes: 4096, IndexIntervalBytes: 256, FlushGroup: group},
-			CheckpointInterval: time.Hour,
-		}
-	}
-	mem := vfs.NewMem()
-	m, err := OpenManager(mgrCrashDir, mo(mem))
+	mo, img1, old := killedAfterCleanClose(t)
+	group := mo(img1).Log.FlushGroup
+	m, err := OpenManager(mgrCrashDir, mo(img1))
 	require.NoError(t, err)
-	x, err := m.Create("x")
-	require.NoError(t, err)
-	var old [][]byte
-	for k := 0; k < 4; k++ {
-		b := buildBatch(t, 20, 4, int64(1000+k*100))
-		_, err := x.Append(b)
-		require.NoError(t, err)
-		old = append(old, b)
-	}
-	require.NoError(t, m.Close())
-	m, err = OpenManager(mgrCrashDir, mo(mem))
-	require.NoError(t, err)
-	img1 := mem.CrashClone(vfs.CrashOptions{Kill: true})
-	require.NoError(t, m.Close())
-
-	m, err = OpenManager(mgrCrashDir, mo(img1))
-	require.NoError(t, err)
-	x, _ = m.Get("x")
+	x, _ := m.Get("x")
 	require.NoError(t, x.TruncateTo(20))
 	// New data after the cut: big one-record batches, so the segment rolls
 	// (twice) at offsets below 80. The roll flushes wait for the group's
@@ -127,4 +73,39 @@ func TestManagerTruncateBelowTheFilesRecoveryPointCrash(t *testing.T) {
 	for i, b := range st.batches {
 		require.Equal(t, want[i], b, "batch %d", i)
 	}
+}
+
+// killedAfterCleanClose sets up the scenario of the tests above: Manager
+// A writes 4 batches of 20 records (log "x", one segment) and closes
+// cleanly, so the checkpoint holds recovery point 80; Manager B opens it
+// and its process is killed. It returns the options (sharing one flush
+// group), the image B left and the batches.
+func killedAfterCleanClose(t *testing.T) (mo func(vfs.FS) ManagerOptions, img *vfs.MemFS, old [][]byte) {
+	t.Helper()
+	group := NewFlushGroup(1)
+	mo = func(fs vfs.FS) ManagerOptions {
+		return ManagerOptions{
+			Log:                Options{FS: fs, SegmentBytes: 4096, IndexIntervalBytes: 256, FlushGroup: group},
+			CheckpointInterval: time.Hour, // no timed write within the test
+		}
+	}
+	mem := vfs.NewMem()
+	m, err := OpenManager(mgrCrashDir, mo(mem))
+	require.NoError(t, err)
+	x, err := m.Create("x")
+	require.NoError(t, err)
+	for k := 0; k < 4; k++ {
+		b := buildBatch(t, 20, 4, int64(1000+k*100))
+		_, err := x.Append(b)
+		require.NoError(t, err)
+		old = append(old, b)
+	}
+	require.Equal(t, int64(80), x.LogEndOffset())
+	require.Equal(t, 1, x.Stats().Segments)
+	require.NoError(t, m.Close())
+	m, err = OpenManager(mgrCrashDir, mo(mem))
+	require.NoError(t, err)
+	img = mem.CrashClone(vfs.CrashOptions{Kill: true})
+	require.NoError(t, m.Close())
+	return mo, img, old
 }
