@@ -96,11 +96,5 @@ func (l *Log) replayProducers(from, end int64) error {
 func (l *Log) expireProducers() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.producers.expire(l.producerExpiryCutoff())
-}
-
-// producerExpiryCutoff is the last-timestamp (ms) below which a producer
-// has expired.
-func (l *Log) producerExpiryCutoff() int64 {
-	return l.now().Add(-l.opts.ProducerIDExpiration).UnixMilli()
+	return l.producers.expire(l.now().Add(-l.opts.ProducerIDExpiration).UnixMilli())
 }

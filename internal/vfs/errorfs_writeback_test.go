@@ -15,9 +15,7 @@ import (
 // successful Sync does not make them durable, and only writing them again
 // does, as on Linux, where the failed pages are marked clean.
 func TestFailedSyncLosesWriteback(t *testing.T) {
-	mem := vfs.NewMemWithOptions(vfs.MemOptions{MkdirAllDurable: true})
-	require.NoError(t, mem.MkdirAll("/d", 0o755))
-	fsys := vfs.NewErrorFS(mem, &vfs.FailAt{N: 0, Kinds: vfs.OpSync, Err: syscall.EIO})
+	mem, fsys := failFirstSync(t)
 	f, err := fsys.OpenFile("/d/f", os.O_RDWR|os.O_CREATE, 0o644)
 	require.NoError(t, err)
 	defer f.Close()
@@ -63,9 +61,7 @@ func TestFailedSyncLosesWriteback(t *testing.T) {
 // when a Sync fails is still made durable by the next Sync, with the old
 // durable bytes kept below the cut.
 func TestFailedSyncKeepsPendingTruncation(t *testing.T) {
-	mem := vfs.NewMemWithOptions(vfs.MemOptions{MkdirAllDurable: true})
-	require.NoError(t, mem.MkdirAll("/d", 0o755))
-	fsys := vfs.NewErrorFS(mem, &vfs.FailAt{N: 0, Kinds: vfs.OpSync, Err: syscall.EIO})
+	mem, fsys := failFirstSync(t)
 	f, err := mem.OpenFile("/d/f", os.O_RDWR|os.O_CREATE, 0o644)
 	require.NoError(t, err)
 	require.NoError(t, mem.SyncDir("/d"))
@@ -83,4 +79,13 @@ func TestFailedSyncKeepsPendingTruncation(t *testing.T) {
 	require.Error(t, ef.Sync())
 	require.NoError(t, ef.Sync())
 	require.Equal(t, "abc", readFile(t, mem.CrashClone(vfs.CrashOptions{}), "/d/f"))
+}
+
+// failFirstSync returns a MemFS with a durable directory /d, and an
+// ErrorFS over it whose first File.Sync fails with EIO.
+func failFirstSync(t *testing.T) (*vfs.MemFS, *vfs.ErrorFS) {
+	t.Helper()
+	mem := vfs.NewMemWithOptions(vfs.MemOptions{MkdirAllDurable: true})
+	require.NoError(t, mem.MkdirAll("/d", 0o755))
+	return mem, vfs.NewErrorFS(mem, &vfs.FailAt{N: 0, Kinds: vfs.OpSync, Err: syscall.EIO})
 }
