@@ -92,7 +92,7 @@ type opsRunner struct {
 }
 
 func opsOptions(fsys vfs.FS) Options {
-	return Options{FS: fsys, SegmentBytes: 1 << 10, IndexIntervalBytes: 128, RetentionBytes: 3 << 10}
+	return Options{FS: fsys, SegmentBytes: 1 << 10, IndexIntervalBytes: 128, RetentionBytes: 3 << 10, ProducerIDExpiration: neverExpire}
 }
 
 func (r *opsRunner) open(fsys *vfs.MemFS) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/replog/replog/internal/vfs"
 	"github.com/stretchr/testify/assert"
@@ -268,8 +269,13 @@ func TestIndexLoadRejectsCorruptFiles(t *testing.T) {
 // testLogOptions are small sizes so that a few hundred appends make
 // several segments and index entries.
 func testLogOptions(fs vfs.FS) Options {
-	return Options{SegmentBytes: 8 << 10, IndexIntervalBytes: 512, FS: fs}
+	return Options{SegmentBytes: 8 << 10, IndexIntervalBytes: 512, FS: fs, ProducerIDExpiration: neverExpire}
 }
+
+// neverExpire is a ProducerIDExpiration for tests whose batches carry
+// timestamps near 1970: with the default (7 days) a reopened log would
+// drop their producers as expired.
+const neverExpire = 200 * 365 * 24 * time.Hour
 
 // openLog opens a Log and makes sure it is closed when the test ends,
 // even if it fails early (Close is idempotent).

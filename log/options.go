@@ -74,8 +74,11 @@ type Options struct {
 	FileDeleteDelay time.Duration
 
 	// ProducerIDExpiration drops the state of producer ids whose newest
-	// batch timestamp is older than this (default 7 days); retries of
-	// their batches are then no longer recognised.
+	// batch timestamp is older than this (default 7 days), at each
+	// ProducerExpiryCheckInterval and whenever the state is loaded (Open,
+	// TruncateTo); retries of their batches are then no longer recognised.
+	// Timestamps are the batches' own, compared with Now: a log whose
+	// producers write far-past timestamps needs a longer expiration.
 	ProducerIDExpiration time.Duration
 	// ProducerExpiryCheckInterval is how often the background flusher
 	// looks for expired producer ids (default 10 minutes).

@@ -8,8 +8,10 @@ import (
 // loadProducerState rebuilds the producer state for a log ending at end:
 // snapshots past end are deleted, the newest valid one at or below end is
 // loaded (corrupt or truncated ones are deleted and the next older one
-// tried), and the batches after it are replayed. Callers hold l.mu or run
-// before the Log is shared.
+// tried), the batches after it are replayed, and the producers idle longer
+// than ProducerIDExpiration are dropped, as the background check would
+// have dropped them (a reopened log must not bring back an expired
+// producer). Callers hold l.mu or run before the Log is shared.
 func (l *Log) loadProducerState(end int64) error {
 	for _, off := range l.snapshots.list() {
 		if off > end {
@@ -42,7 +44,11 @@ func (l *Log) loadProducerState(end int64) error {
 		break
 	}
 	l.producers.truncateHead(l.logStart.Load())
-	return l.replayProducers(from, end)
+	if err := l.replayProducers(from, end); err != nil {
+		return err
+	}
+	l.producers.expire(l.expiryCutoff())
+	return nil
 }
 
 // replayProducers applies the producer batches with offsets in
@@ -96,5 +102,10 @@ func (l *Log) replayProducers(from, end int64) error {
 func (l *Log) expireProducers() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.producers.expire(l.now().Add(-l.opts.ProducerIDExpiration).UnixMilli())
+	return l.producers.expire(l.expiryCutoff())
+}
+
+// expiryCutoff is the timestamp (ms) below which a producer has expired.
+func (l *Log) expiryCutoff() int64 {
+	return l.now().Add(-l.opts.ProducerIDExpiration).UnixMilli()
 }

@@ -64,7 +64,7 @@ func TestProducerMarkerOnlySameAfterCrashAndCleanReopen(t *testing.T) {
 	require.NoError(t, l.Close())
 
 	clean := idemOpen(t, mem, Options{})
-	afterCrash, err := Open(idemDir, Options{FS: crashed})
+	afterCrash, err := Open(idemDir, Options{FS: crashed, ProducerIDExpiration: neverExpire})
 	require.NoError(t, err)
 	defer afterCrash.Close()
 	require.Equal(t, idemState(afterCrash), idemState(clean), "crash recovery and clean reopen disagree on producer 9")

@@ -3,6 +3,7 @@ package log
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -39,6 +40,9 @@ func idemMem() *vfs.MemFS {
 func idemOpen(t testing.TB, fs vfs.FS, opts Options) *Log {
 	t.Helper()
 	opts.FS = fs
+	if opts.ProducerIDExpiration == 0 {
+		opts.ProducerIDExpiration = neverExpire
+	}
 	l, err := Open(idemDir, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
@@ -889,6 +893,34 @@ func TestProducerExpiry(t *testing.T) {
 	require.False(t, info.Duplicate)
 	_, err = l.Append(idemBatch(t, 2, 0, 9, 1, nowMS))
 	require.NoError(t, err)
+}
+
+// TestProducerExpiredNotBroughtBackByReopen: a producer that expired
+// while the log was closed (or before the background check ran) is not
+// loaded again, from the Close snapshot nor from a replay after a crash;
+// Kafka's loadFromSnapshot skips expired producers the same way.
+func TestProducerExpiredNotBroughtBackByReopen(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			clock := &idemClock{now: time.UnixMilli(10_000_000)}
+			opts := Options{ProducerIDExpiration: time.Hour, ProducerExpiryCheckInterval: 1000 * time.Hour, Now: clock.Now}
+			mem := idemMem()
+			l := idemOpen(t, mem, opts)
+			nowMS := clock.Now().UnixMilli()
+			idemAppend(t, l, idemBatch(t, 1, 0, 0, 1, nowMS-30*time.Minute.Milliseconds()))
+			idemAppend(t, l, idemBatch(t, 2, 0, 0, 1, nowMS))
+			fs := vfs.FS(mem)
+			if crash {
+				require.NoError(t, l.Sync())
+				fs = mem.CrashClone(vfs.CrashOptions{})
+			}
+			require.NoError(t, l.Close())
+			clock.Advance(45 * time.Minute) // producer 1 is idle 75 minutes now
+			l = idemOpen(t, fs, opts)
+			require.Equal(t, []int64{2}, slices.Sorted(maps.Keys(idemState(l))))
+			require.Equal(t, 1, l.Stats().Producers)
+		})
+	}
 }
 
 // TestProducerSnapshotOnRollAndDeletion is Kafka's
