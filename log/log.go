@@ -59,8 +59,9 @@ type Log struct {
 
 	truncations truncationMarks // where truncations cut the log, so Readers notice them
 
-	closed atomic.Bool
-	failed atomic.Pointer[error] // sticky fsync failure
+	closed    atomic.Bool
+	closeDone chan struct{}         // closed when the first Close has finished
+	failed    atomic.Pointer[error] // sticky fsync failure
 }
 
 // Open opens the log in dir, creating the directory if needed, and
@@ -89,6 +90,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		opts: o,
 		seg:  segConfig{fs: o.FS, dir: dir, interval: o.IndexIntervalBytes, files: o.files},
 		rng:  rand.New(rand.NewPCG(uint64(o.Now().UnixNano()), 0x5eed)),
+
+		closeDone: make(chan struct{}),
 	}
 	l.sync.init()
 	l.producers = newProducerState()
@@ -218,14 +221,17 @@ func (l *Log) fail(err error) error {
 // Close flushes everything, writes the checkpoints and the clean-shutdown
 // marker, stops the background flusher and closes all files. After a
 // failed fsync Close still releases everything but writes no marker, so
-// the next Open recovers. Close is idempotent.
+// the next Open recovers. Close is idempotent: a later or concurrent call
+// returns nil once the first has finished.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed.Swap(true) {
 		l.mu.Unlock()
+		<-l.closeDone
 		return nil
 	}
 	l.mu.Unlock()
+	defer close(l.closeDone)
 	l.bg.stop()
 	l.bg.dropSpare()
 	l.waiters.wake()

@@ -975,7 +975,40 @@ func TestCloseWaitsForConcurrentCalls(t *testing.T) {
 	}
 }
 
-// TestOpenRejectsBadOptions checks the documented option bounds.
+// TestSecondCloseWaitsForTheFirst: a Close racing another returns only
+// once the first has finished (the clean-shutdown marker written, the
+// files closed), so a caller may reopen or remove the directory after it.
+func TestSecondCloseWaitsForTheFirst(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var armed, released atomic.Bool
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpSync && armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+		return vfs.Fault{}
+	}))
+	l := openLog(t, "/log", testLogOptions(fs))
+	armed.Store(true)
+	for len(l.segments()) < 2 {
+		appendN(t, l, 1, 0)
+	}
+	<-entered // the flusher is blocked in the rolled segment's fsync
+	first := make(chan error, 1)
+	go func() { first <- l.Close() }() // waits for the flusher
+	time.Sleep(20 * time.Millisecond)
+	second := make(chan bool, 1)
+	go func() {
+		_ = l.Close()
+		second <- released.Load()
+	}()
+	time.Sleep(50 * time.Millisecond)
+	released.Store(true)
+	close(release)
+	require.NoError(t, <-first)
+	require.True(t, <-second, "the second Close returned while the first was still closing")
+}
+
 // A log opened in directories that did not exist keeps its synced data
 // across a power loss: every directory Open created has a durable entry,
 // not only the log's own. So does a Manager's data directory.
