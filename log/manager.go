@@ -191,7 +191,13 @@ func (m *Manager) scanDir() ([]string, error) {
 	for _, n := range entries {
 		p := filepath.Join(m.dir, n)
 		st, err := fs.Stat(p)
-		if err != nil || !st.IsDir() {
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed since ReadDir
+		}
+		if err != nil {
+			return nil, err // a log skipped now would lose its checkpoint entries
+		}
+		if !st.IsDir() {
 			continue
 		}
 		if filepath.Ext(n) == deletedDirSuffix {

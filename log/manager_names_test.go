@@ -1,6 +1,8 @@
 package log
 
 import (
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,4 +42,36 @@ func TestManagerReservedLogNames(t *testing.T) {
 			require.NoError(t, openErr, "OpenManager after creating a log named %q", name)
 		})
 	}
+}
+
+// TestManagerOpenFailsOnAStatError: OpenManager refuses to start when it
+// cannot tell whether an entry of the data directory is a log (a Stat
+// error other than "does not exist"): skipping the log would hide its
+// data, and the next checkpoint would drop its recovery point.
+func TestManagerOpenFailsOnAStatError(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	m, err := OpenManager(mgrCrashDir, ManagerOptions{Log: Options{FS: mem}, CheckpointInterval: time.Hour})
+	require.NoError(t, err)
+	l, err := m.Create("orders-0")
+	require.NoError(t, err)
+	_, err = l.Append(buildBatch(t, 2, 10, 1000))
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+
+	failing := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpStat && filepath.Base(op.Path) == "orders-0" {
+			return vfs.Fault{Err: syscall.EIO}
+		}
+		return vfs.Fault{}
+	}))
+	_, err = OpenManager(mgrCrashDir, ManagerOptions{Log: Options{FS: failing}, CheckpointInterval: time.Hour})
+	require.ErrorIs(t, err, syscall.EIO)
+
+	m, err = OpenManager(mgrCrashDir, ManagerOptions{Log: Options{FS: mem}, CheckpointInterval: time.Hour})
+	require.NoError(t, err)
+	defer m.Close()
+	l, ok := m.Get("orders-0")
+	require.True(t, ok)
+	require.Equal(t, int64(2), l.LogEndOffset())
 }
