@@ -58,6 +58,7 @@ type Log struct {
 	rng     *rand.Rand // segment jitter, under mu
 
 	truncations truncationMarks // where truncations cut the log, so Readers notice them
+	keepAboveHW atomic.Bool     // RetainAboveHighWatermark was called
 
 	closed    atomic.Bool
 	closeDone chan struct{}         // closed when the first Close has finished
@@ -159,6 +160,25 @@ func (l *Log) SetHighWatermark(hw int64) {
 	l.hw.Store(max(min(hw, l.leo.Load()), l.logStart.Load()))
 	l.hwMu.Unlock()
 	l.waiters.wake()
+}
+
+// RetainAboveHighWatermark makes retention and DeleteRecordsBefore keep
+// every record at or above the high watermark from now on, as Kafka does:
+// retention deletes only segments that end at or below it, and
+// DeleteRecordsBefore refuses an offset above it. A replicated leader must
+// not delete records its followers have not fetched (an acknowledgement
+// would then count records no follower holds); replication.Node calls it
+// on every log it is given. It cannot be undone.
+func (l *Log) RetainAboveHighWatermark() { l.keepAboveHW.Store(true) }
+
+// deletionLimit is the highest log start that retention and
+// DeleteRecordsBefore may set: the high watermark after
+// RetainAboveHighWatermark, else the log end.
+func (l *Log) deletionLimit() int64 {
+	if l.keepAboveHW.Load() {
+		return l.HighWatermark()
+	}
+	return l.leo.Load()
 }
 
 // RecoveryPoint is the offset below which everything is fsynced and need

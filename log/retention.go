@@ -5,15 +5,16 @@ import "fmt"
 // DeleteRecordsBefore makes offset the new log start offset: reads below
 // it fail with ErrOffsetOutOfRange and segments that end at or before it
 // are deleted. The new start offset is checkpointed durably before the
-// call returns. offset must lie in [LogStartOffset, LogEndOffset].
+// call returns. offset must lie in [LogStartOffset, LogEndOffset], or
+// [LogStartOffset, HighWatermark] after RetainAboveHighWatermark.
 func (l *Log) DeleteRecordsBefore(offset int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.failure(); err != nil {
 		return err
 	}
-	if offset < l.logStart.Load() || offset > l.leo.Load() {
-		return fmt.Errorf("%w: delete before %d outside [%d, %d]", ErrOffsetOutOfRange, offset, l.logStart.Load(), l.leo.Load())
+	if limit := l.deletionLimit(); offset < l.logStart.Load() || offset > limit {
+		return fmt.Errorf("%w: delete before %d outside [%d, %d]", ErrOffsetOutOfRange, offset, l.logStart.Load(), limit)
 	}
 	if offset == l.logStart.Load() {
 		return nil
@@ -34,8 +35,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 }
 
 // ApplyRetention deletes the oldest segments that RetentionBytes or
-// RetentionAge no longer allow, never the active segment, and returns how
-// many it deleted. The log then starts at the base offset of the oldest
+// RetentionAge no longer allow, never the active segment (nor, after
+// RetainAboveHighWatermark, one that ends above the high watermark), and
+// returns how many it deleted. The log then starts at the base offset of the oldest
 // segment kept. The background flusher calls it every
 // RetentionCheckInterval when that is set.
 func (l *Log) ApplyRetention() (int, error) {
@@ -50,8 +52,9 @@ func (l *Log) ApplyRetention() (int, error) {
 		total += s.size.Load()
 	}
 	cutoff := l.now().Add(-l.opts.RetentionAge).UnixMilli()
+	limit := l.deletionLimit()
 	n := 0
-	for ; n+1 < len(segs); n++ {
+	for ; n+1 < len(segs) && segs[n+1].base <= limit; n++ {
 		s := segs[n]
 		size := s.size.Load()
 		bySize := l.opts.RetentionBytes > 0 && total-size >= l.opts.RetentionBytes

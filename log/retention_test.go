@@ -262,3 +262,34 @@ func TestBackgroundRetention(t *testing.T) {
 	}
 	require.Equal(t, l.active().base, l.LogStartOffset())
 }
+
+// TestRetainAboveHighWatermark: after RetainAboveHighWatermark, retention
+// deletes only segments that end at or below the high watermark, and
+// DeleteRecordsBefore refuses an offset above it; the log start, and with
+// it the high watermark, never pass records not yet committed.
+func TestRetainAboveHighWatermark(t *testing.T) {
+	_, opts := memLog()
+	opts.RetentionBytes = 1 // as little as possible: every closed segment is due
+	opts.RetentionCheckInterval = time.Hour
+	l := openLog(t, "/log", opts)
+	appendN(t, l, 200, 0)
+	segs := l.segments()
+	require.Greater(t, len(segs), 4)
+	l.RetainAboveHighWatermark()
+	hw := segs[2].base + 1 // inside the third segment
+	l.SetHighWatermark(hw)
+
+	require.ErrorIs(t, l.DeleteRecordsBefore(hw+1), ErrOffsetOutOfRange)
+	n, err := l.ApplyRetention()
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "only the segments that end at or below the high watermark")
+	require.Equal(t, segs[2].base, l.LogStartOffset())
+	require.Equal(t, hw, l.HighWatermark())
+
+	require.NoError(t, l.DeleteRecordsBefore(hw))
+	l.SetHighWatermark(segs[4].base)
+	n, err = l.ApplyRetention()
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, segs[4].base, l.LogStartOffset())
+}

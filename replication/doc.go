@@ -92,7 +92,12 @@
 // The log start follows the leader's, as in Kafka: records the leader
 // deleted (retention, or the application's DeleteRecordsBefore) are
 // deleted on a follower once its high watermark passes them, so that a
-// new leader does not bring back what was deleted. A fetch carries the
+// new leader does not bring back what was deleted. Only committed records
+// are deleted: AddPartition calls log.RetainAboveHighWatermark, so that
+// retention keeps every segment that ends above the high watermark and
+// DeleteRecordsBefore refuses an offset above it (deleting records no
+// follower has fetched would let the high watermark, which follows the
+// log start, pass them and acknowledge them). A fetch carries the
 // follower's log start, and a follower joins the ISR only once its log
 // starts no lower than the leader's: the leader deletes the epochs below
 // its start with the records, so it cannot check a follower's records

@@ -157,7 +157,14 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 	n, l := a.n, p.log
 	switch {
 	case pr.Error == CodeOffsetOutOfRange:
+		before := [2]int64{l.LogStartOffset(), l.LogEndOffset()}
 		a.fail(n.resetOutOfRange(p, fp, pr))
+		if before == [2]int64{l.LogStartOffset(), l.LogEndOffset()} {
+			// Nothing to reset (the leader's log is about to change, or
+			// is not what this node expected): ask again later, not at
+			// once, which would keep both nodes busy.
+			p.backoffUntil = a.now().Add(n.cfg.FetchBackoff)
+		}
 		return
 	case pr.Error != CodeNone:
 		p.backoffUntil = a.now().Add(n.cfg.FetchBackoff)
@@ -285,14 +292,23 @@ func (a *responseApplier) finish(complete bool) (int64, error) {
 	return a.total, a.firstErr
 }
 
-// resetOutOfRange handles a fetch offset outside the leader's log.
+// resetOutOfRange handles a fetch offset outside the leader's log: below
+// its start, the log restarts empty there; past its end, the log is cut
+// back to the leader's end, or, when that is below this log's start (so
+// none of this log's records are the leader's), restarts empty at it, as
+// Kafka's truncateFullyAndStartAt does. Keeping a start above the leader's
+// end would take the leader's later records there on trust, without the
+// ones below.
 func (n *Node) resetOutOfRange(p *partition, fp FetchPartition, pr *FetchPartitionResponse) error {
 	switch {
 	case fp.FetchOffset < pr.LogStartOffset:
 		return p.log.TruncateFullyAndStartAt(pr.LogStartOffset)
 	case pr.LogEndOffset >= 0 && fp.FetchOffset > pr.LogEndOffset:
 		n.stats.truncations.Add(1)
-		return p.log.TruncateTo(max(pr.LogEndOffset, p.log.LogStartOffset()))
+		if pr.LogEndOffset < p.log.LogStartOffset() {
+			return p.log.TruncateFullyAndStartAt(max(pr.LogEndOffset, pr.LogStartOffset))
+		}
+		return p.log.TruncateTo(pr.LogEndOffset)
 	}
 	return nil
 }

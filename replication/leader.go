@@ -14,9 +14,11 @@ import (
 // handleFetchPartition answers one partition of a follower's fetch on the
 // leader: fencing, divergence, follower tracking, ISR expansion, high
 // watermark, and the records (as a file region). budget is what is left
-// of the request's MaxBytes; it returns the bytes used. Any ISR change is
-// reported through the node's ISR callback.
-func (n *Node) handleFetchPartition(req *FetchRequest, fp FetchPartition, budget int64, now time.Time) (FetchPartitionResponse, int64) {
+// of the request's MaxBytes; it returns the bytes used. first says no
+// partition before this one got records: then its first batch is sent
+// whole even if larger than budget (KIP-74), else nothing past budget is.
+// Any ISR change is reported through the node's ISR callback.
+func (n *Node) handleFetchPartition(req *FetchRequest, fp FetchPartition, budget int64, first bool, now time.Time) (FetchPartitionResponse, int64) {
 	resp := FetchPartitionResponse{TopicPartition: fp.TopicPartition, HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1}
 	p := n.partition(fp.TopicPartition)
 	if p == nil {
@@ -54,14 +56,17 @@ func (n *Node) handleFetchPartition(req *FetchRequest, fp FetchPartition, budget
 	}
 	n.trackFollower(p, req.ReplicaID, fp, now)
 	resp.HighWatermark = l.HighWatermark()
-	if budget <= 0 || fp.FetchOffset == resp.LogEndOffset {
+	if budget <= 0 && !first || fp.FetchOffset == resp.LogEndOffset {
 		return resp, 0
 	}
-	region, err := l.ReadRegion(fp.FetchOffset, log.ReadOptions{MaxBytes: int(budget)})
+	region, err := l.ReadRegion(fp.FetchOffset, log.ReadOptions{MaxBytes: int(max(budget, 1))})
 	if err != nil {
 		resp.Error = CodeStorage
 		n.logger.Warn("replication: read for fetch failed", "partition", p.tp, "err", err)
 		return resp, 0
+	}
+	if region.Length > budget && !first {
+		return resp, 0 // its first batch alone is over what is left
 	}
 	resp.Region = region
 	return resp, region.Length

@@ -64,13 +64,16 @@ func (n *Node) partition(tp TopicPartition) *partition {
 // opened and will close after RemovePartition). It has no role until
 // BecomeLeader or BecomeFollower, and starts at the newest epoch in l:
 // roles at older epochs are refused with ErrStaleEpoch, so a reopened log
-// never takes batches of an epoch older than those it holds.
+// never takes batches of an epoch older than those it holds. It calls
+// l.RetainAboveHighWatermark: retention and DeleteRecordsBefore then
+// never delete records that are not committed.
 func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.parts[tp]; ok {
 		return fmt.Errorf("replication: partition %s already added", tp)
 	}
+	l.RetainAboveHighWatermark()
 	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1, leaderLEO: -1}
 	return nil
 }
@@ -277,10 +280,11 @@ func (n *Node) handleFetch(req *FetchRequest, now time.Time) (*FetchResponse, er
 		return nil, fmt.Errorf("%w: %q, this node is in %q", ErrClusterMismatch, req.ClusterID, n.cfg.ClusterID)
 	}
 	resp := &FetchResponse{Partitions: make([]FetchPartitionResponse, 0, len(req.Partitions))}
-	budget := int64(req.MaxBytes)
+	budget, sent := int64(req.MaxBytes), false
 	for _, fp := range req.Partitions {
-		pr, used := n.handleFetchPartition(req, fp, budget, now)
+		pr, used := n.handleFetchPartition(req, fp, budget, !sent, now)
 		budget -= used
+		sent = sent || used > 0
 		resp.Partitions = append(resp.Partitions, pr)
 	}
 	return resp, nil

@@ -560,6 +560,7 @@ func TestNodeOffsetOutOfRange(t *testing.T) {
 		leader := newTestReplica(t, 0, Config{})
 		f := newTestReplica(t, 1, Config{})
 		appendEpochs(t, leader.log, epochRun{1, 6})
+		leader.log.SetHighWatermark(6) // committed under epoch 1
 		require.NoError(t, leader.log.DeleteRecordsBefore(4))
 		require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0}, ntime))
 		require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
@@ -585,6 +586,7 @@ func TestNodeOffsetOutOfRange(t *testing.T) {
 			_, err := leader.log.AppendAsLeader(testBatch(t, "a", "b", "c"), 1)
 			require.NoError(t, err)
 		}
+		leader.log.SetHighWatermark(9)                        // committed under epoch 1
 		require.NoError(t, leader.log.DeleteRecordsBefore(4)) // inside [3, 5]
 		require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0}, ntime))
 		require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
@@ -612,6 +614,7 @@ func TestNodeOffsetOutOfRange(t *testing.T) {
 		require.NoError(t, err)
 		_, err = leader.log.AppendAsLeader(testBatch(t, "c"), 2)
 		require.NoError(t, err)
+		leader.log.SetHighWatermark(3) // committed under epoch 2
 		require.NoError(t, leader.log.DeleteRecordsBefore(1))
 		_, err = f.log.AppendAsLeader(testBatch(t, "x"), 1)
 		require.NoError(t, err)
@@ -638,15 +641,17 @@ func TestNodeFollowerFollowsTheLeadersLogStart(t *testing.T) {
 	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
 	leader.produce(t, 6, AcksAll)
 	fetchOnce(t, f, leader, ntime) // the records
+	fetchOnce(t, f, leader, ntime) // their offsets: the high watermark passes them
 	require.Equal(t, int64(0), f.log.LogStartOffset())
 	require.NoError(t, leader.log.DeleteRecordsBefore(2))
 	fetchOnce(t, f, leader, ntime)
 	require.Equal(t, int64(2), f.log.LogStartOffset())
 	require.Equal(t, int64(6), f.log.LogEndOffset())
 
-	// The follower got the records up to 8 and the leader then deleted
-	// those below 7, moving its high watermark up to 7 with its start.
+	// The follower got the records up to 8, the high watermark passed
+	// them, and the leader then deleted those below 7.
 	leader.produce(t, 2, AcksAll)
+	fetchOnce(t, f, leader, ntime)
 	fetchOnce(t, f, leader, ntime)
 	require.NoError(t, leader.log.DeleteRecordsBefore(7))
 	fetchOnce(t, f, leader, ntime)

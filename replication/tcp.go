@@ -338,9 +338,9 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 	if err != nil {
 		return nil, nil, true, false, err
 	}
-	if len(c.wbuf) > t.opts.MaxRequestBytes {
+	if size := len(c.wbuf); size > t.opts.MaxRequestBytes {
 		c.wbuf = nil // the connection stays pooled; not this buffer
-		return nil, nil, true, false, fmt.Errorf("%w: request of %d bytes, MaxRequestBytes %d", ErrFrameTooLarge, len(c.wbuf), t.opts.MaxRequestBytes)
+		return nil, nil, true, false, fmt.Errorf("%w: request of %d bytes, MaxRequestBytes %d", ErrFrameTooLarge, size, t.opts.MaxRequestBytes)
 	}
 	deadline := time.Now().Add(time.Duration(max(req.MaxWaitMs, 0))*time.Millisecond + t.opts.RequestTimeout)
 	ctxDeadline := false

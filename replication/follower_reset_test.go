@@ -1,0 +1,80 @@
+package replication
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/log"
+)
+
+// TestFollowerRestartsAtALeaderEndBelowItsStart: a follower whose log
+// starts (empty, after a deletion) above its new leader's log end gets
+// an out-of-range answer. It must restart its log at the leader's end,
+// as Kafka's truncateFullyAndStartAt does, and fetch from there: keeping
+// its start, it would take the leader's records at that offset on trust
+// once the leader's log grew past it, and join the ISR without the ones
+// below.
+func TestFollowerRestartsAtALeaderEndBelowItsStart(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	appendEpochs(t, leader.log, epochRun{1, 2}) // the leader ends at 2
+	appendEpochs(t, f.log, epochRun{1, 5})
+	f.log.SetHighWatermark(5)
+	require.NoError(t, f.log.DeleteRecordsBefore(5)) // the follower: empty at 5
+	both := []int32{0, 1}
+	require.NoError(t, leader.node.BecomeLeader(ntp, 2, both, []int32{0}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
+
+	_, resp := fetchOnce(t, f, leader, ntime)
+	require.Equal(t, CodeOffsetOutOfRange, resp.Partitions[0].Error)
+	require.Equal(t, [2]int64{2, 2}, [2]int64{f.log.LogStartOffset(), f.log.LogEndOffset()}, "restarted at the leader's end")
+	leader.produce(t, 3, AcksLeader) // offsets 2, 3, 4
+	for f.log.LogEndOffset() < leader.log.LogEndOffset() {
+		fetchOnce(t, f, leader, ntime.Add(time.Second))
+	}
+	fetchOnce(t, f, leader, ntime.Add(time.Second)) // reports its end: joins the ISR
+	require.Equal(t, []int32{0, 1}, leader.isr())
+	want, err := leader.log.Read(nil, 2, log.ReadOptions{MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	got, err := f.log.Read(nil, 2, log.ReadOptions{MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	require.Equal(t, want, got, "the follower holds the leader's records from its start")
+}
+
+// TestFollowerOutOfRangeDoesNotSpin is the same follower run by
+// Replicators: its out-of-range reset once changed nothing and was asked
+// again at once, keeping both nodes busy (hundreds of thousands of
+// fetches in 300 ms). It now restarts at the leader's end and then long
+// polls (FetchMaxWait); a reset that changes nothing backs off for
+// FetchBackoff.
+func TestFollowerOutOfRangeDoesNotSpin(t *testing.T) {
+	checkGoroutines(t)
+	netw := NewMemNetwork(1)
+	mk := func(id int32) (*Replicator, *log.Log) {
+		l, err := log.Open(t.TempDir(), log.Options{})
+		require.NoError(t, err)
+		r, err := New(Config{ReplicaID: id, ClusterID: "c", FetchMaxWait: 20 * time.Millisecond,
+			FetchBackoff: 100 * time.Millisecond}, netw.Transport(id))
+		require.NoError(t, err)
+		netw.Register(id, r)
+		require.NoError(t, r.AddPartition(ntp, l))
+		t.Cleanup(func() { require.NoError(t, r.Close()); require.NoError(t, l.Close()) })
+		return r, l
+	}
+	lr, ll := mk(0)
+	fr, fl := mk(1)
+	appendEpochs(t, ll, epochRun{1, 2}) // the leader ends at 2
+	appendEpochs(t, fl, epochRun{1, 5})
+	fl.SetHighWatermark(5)
+	require.NoError(t, fl.DeleteRecordsBefore(5)) // the follower is empty at 5
+	require.Equal(t, fl.LogStartOffset(), fl.LogEndOffset())
+	both := []int32{0, 1}
+	require.NoError(t, lr.BecomeLeader(ntp, 2, both, []int32{0}))
+	require.NoError(t, fr.BecomeFollower(ntp, 2, 0))
+	time.Sleep(300 * time.Millisecond)
+	served := lr.Stats().FetchesServed
+	t.Logf("fetches served in 300ms: %d, follower leo %d start %d", served, fl.LogEndOffset(), fl.LogStartOffset())
+	require.LessOrEqual(t, served, int64(20), "a follower whose out-of-range reset changes nothing must back off, not spin")
+}
