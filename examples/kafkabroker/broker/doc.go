@@ -44,7 +44,11 @@
 // This is one node: it is the leader of every partition at leader epoch 0,
 // and a partition's high watermark is its log end offset once an append
 // returns. Idempotent producers are de-duplicated by the log's producer state:
-// a retried batch is acknowledged with its original offsets. Producer ids
+// a retried batch is acknowledged with its original offsets. A produce of a
+// control batch (a transaction marker) is refused with INVALID_RECORD, as
+// Kafka refuses it from clients. A fetch may exceed its MaxBytes only by the
+// first batch of the first partition with records (KIP-74); a later
+// partition whose next batch does not fit gets none. Producer ids
 // are handed out in blocks whose end is checkpointed before use, so ids are
 // never reused across restarts.
 //

@@ -110,8 +110,11 @@ func (b *Broker) readFetchPart(fp *fetchPart, remaining int64, first bool) int16
 		b.log.Error("fetch read", "dir", l.Dir(), "offset", fp.offset, "err", err)
 		return errStorage
 	}
-	fp.region = region
 	fp.hw = max(fp.hw, l.HighWatermark())
+	if region.Length > limit && !first {
+		return errNone // its first batch alone is over the limits: none this time
+	}
+	fp.region = region
 	return errNone
 }
 

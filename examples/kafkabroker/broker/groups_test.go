@@ -3,11 +3,14 @@ package broker
 import (
 	"context"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // owner tracks the partitions a group member owns, from kgo's callbacks.
@@ -110,4 +113,67 @@ func TestGroupRebalance(t *testing.T) {
 	waitFor(t, ctx, "the first member owns every partition again", func() bool {
 		return slices.Equal(a.partitions(), all)
 	}, a)
+}
+
+// joinFrame returns a JoinGroup v5 frame for group.
+func joinFrame(corr int32, group, memberID string) []byte {
+	req := kmsg.NewPtrJoinGroupRequest()
+	req.Version = 5
+	req.Group, req.MemberID, req.ProtocolType = group, memberID, "consumer"
+	req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 10_000, 120_000
+	req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0, 1}}}
+	return frame(req.Key(), req.Version, corr, req.AppendTo(nil))
+}
+
+// TestCloseEndsAWaitingJoin (passing): Close returns while a JoinGroup
+// waits in a rebalance, and leaves no goroutine behind.
+func TestCloseEndsAWaitingJoin(t *testing.T) {
+	g0 := runtime.NumGoroutine()
+	dir := t.TempDir()
+	b, err := Start(Config{Addr: "127.0.0.1:0", DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := dial(t, b)
+	a.corr = 1
+	a.write(joinFrame(1, "g", ""))
+	body, err := a.readResponse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr := kmsg.NewPtrJoinGroupResponse()
+	jr.Version = 5
+	if err := jr.ReadFrom(body); err != nil || jr.ErrorCode != 0 {
+		t.Fatalf("join: %v, error %d", err, jr.ErrorCode)
+	}
+	// A second member: its join waits for the first to rejoin.
+	second := dial(t, b)
+	second.write(joinFrame(1, "g", ""))
+	for {
+		b.coord.mu.Lock()
+		state := b.coord.groups["g"].state
+		b.coord.mu.Unlock()
+		if state == groupPreparingRebalance {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while a join waited")
+	}
+	second.expectClosed()
+	a.c.Close()
+	second.c.Close()
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > g0+2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before Start", runtime.NumGoroutine(), g0)
+		}
+	}
 }

@@ -170,7 +170,14 @@ func TestConnectionDropsLargeResponseBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc.r.Reset(rc.c) // forget the test's own buffered bytes
-	if kept := heap() - before; kept > 8<<20 {
+	// Goroutines of earlier tests may still be finishing (on a loaded
+	// machine): look a few times before concluding the heap stays larger.
+	kept := heap() - before
+	for i := 0; i < 20 && kept > 8<<20; i++ {
+		time.Sleep(50 * time.Millisecond)
+		kept = heap() - before
+	}
+	if kept > 8<<20 {
 		t.Errorf("heap %d MiB larger with the connection idle", kept>>20)
 	}
 }

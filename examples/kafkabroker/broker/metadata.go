@@ -19,12 +19,17 @@ func (b *Broker) handleMetadata(req *kmsg.MetadataRequest) *kmsg.MetadataRespons
 	if req.Topics == nil || req.Version == 0 && len(req.Topics) == 0 {
 		names = b.topicNames()
 	} else {
+		// Each name once, as Kafka answers (it makes a set of them): a
+		// request naming one topic a million times costs one entry.
+		seen := make(map[string]bool, min(len(req.Topics), 1024))
 		for _, t := range req.Topics {
-			if t.Topic != nil {
+			if t.Topic != nil && !seen[*t.Topic] {
+				seen[*t.Topic] = true
 				names = append(names, *t.Topic)
 			}
 		}
 	}
+	resp.Topics = make([]kmsg.MetadataResponseTopic, 0, len(names))
 	// Versions before 4 have no flag: Kafka then creates topics if its
 	// configuration allows, and so does this broker.
 	autoCreate := !b.cfg.NoAutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
@@ -72,9 +77,12 @@ func (b *Broker) handleCreateTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateT
 		case t.ReplicationFactor != -1 && t.ReplicationFactor != 1:
 			rt.ErrorCode = errInvalidReplicationFactor // there is one node
 		case req.ValidateOnly:
-			if !validTopic(t.Topic) {
+			switch {
+			case !validTopic(t.Topic):
 				rt.ErrorCode = errInvalidTopic
-			} else if b.partitions(t.Topic) != nil {
+			case n < 1 || n > DefaultMaxPartitionCount:
+				rt.ErrorCode = errInvalidPartitions
+			case b.partitions(t.Topic) != nil:
 				rt.ErrorCode = errTopicAlreadyExists
 			}
 		default:

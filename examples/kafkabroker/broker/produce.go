@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	replog "github.com/replog/replog/log"
 )
 
 // handleProduce appends each partition's record batches with
@@ -38,6 +40,12 @@ func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 				continue
 			case len(tp.Records) == 0:
 				rp.ErrorCode = errCorruptMessage
+				continue
+			case hasControlBatch(tp.Records):
+				// Transaction markers are the coordinator's to write (Kafka:
+				// "Clients are not allowed to write control records"); a
+				// forged one would fence any producer id.
+				rp.ErrorCode = errInvalidRecord
 				continue
 			}
 			info, err := p.log.AppendAsLeader(tp.Records, leaderEpoch)
@@ -82,6 +90,23 @@ func produceFailed(resp *kmsg.ProduceResponse) bool {
 				return true
 			}
 		}
+	}
+	return false
+}
+
+// hasControlBatch reports whether records holds a control batch (a
+// transaction marker). Bytes that do not split into batches are left to
+// AppendAsLeader, which refuses them with a precise error.
+func hasControlBatch(records []byte) bool {
+	for rest := records; len(rest) > 0; {
+		b, r, err := replog.SplitBatch(rest)
+		if err != nil {
+			return false
+		}
+		if b.IsControl() {
+			return true
+		}
+		rest = r
 	}
 	return false
 }

@@ -148,3 +148,53 @@ func TestCreateTopics(t *testing.T) {
 		}
 	}
 }
+
+// TestProduceRefusesControlBatches: Kafka's LogValidator refuses control
+// batches (transaction markers) from clients with INVALID_RECORD ("Clients
+// are not allowed to write control records"). The broker stores them: any
+// client can then write a commit/abort marker into a partition, and a
+// marker with a higher producer epoch fences an idempotent producer that
+// never used transactions.
+func TestProduceRefusesControlBatches(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("ctl", 1); code != errNone {
+		t.Fatal(code)
+	}
+	rc := dial(t, b)
+	pid := initProducerID(t, rc)
+	if got := produceBatch(t, rc, "ctl", pid, 0, 1); got.ErrorCode != errNone {
+		t.Fatalf("first batch: error %d", got.ErrorCode)
+	}
+
+	// An ABORT marker for pid at epoch 7, from another client.
+	const attrTransactional, attrControl = 0x10, 0x20
+	bb := replog.NewBatchBuilder()
+	bb.Reset(replog.BatchOptions{ProducerID: pid, ProducerEpoch: 7, BaseSequence: replog.NoSequence, Attributes: attrTransactional | attrControl})
+	bb.Add(1_700_000_000_000, []byte{0, 0, 0, 0}, []byte{0, 0, 0, 0, 0, 0})
+	marker, err := bb.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 8
+	req.Acks = -1
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "ctl"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = marker
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 8
+	if err := resp.ReadFrom(dial(t, b).request(req)); err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Topics[0].Partitions[0].ErrorCode; got != errInvalidRecord {
+		t.Errorf("control batch from a client: error %d, want %d (INVALID_RECORD); log end offset now %d",
+			got, errInvalidRecord, b.partition("ctl", 0).log.LogEndOffset())
+	}
+	// The idempotent producer goes on at epoch 0.
+	if got := produceBatch(t, rc, "ctl", pid, 1, 1); got.ErrorCode != errNone {
+		t.Errorf("idempotent producer's next batch after the forged marker: error %d, want 0", got.ErrorCode)
+	}
+}

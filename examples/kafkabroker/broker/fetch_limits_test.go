@@ -1,0 +1,105 @@
+package broker
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	replog "github.com/replog/replog/log"
+)
+
+// bigBatch returns an uncompressed batch of one record whose value is
+// valueLen bytes.
+func bigBatch(t *testing.T, valueLen int) []byte {
+	t.Helper()
+	bb := replog.NewBatchBuilder()
+	bb.Reset(noProducer)
+	bb.Add(1_700_000_000_000, nil, bytes.Repeat([]byte{'x'}, valueLen))
+	batch, err := bb.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return batch
+}
+
+// appendCommitted appends batch to topic/p as a produce does.
+func appendCommitted(t *testing.T, b *Broker, topic string, p int32, batch []byte) {
+	t.Helper()
+	part := b.partition(topic, p)
+	if _, err := part.log.AppendAsLeader(bytes.Clone(batch), leaderEpoch); err != nil {
+		t.Fatal(err)
+	}
+	part.advanceHighWatermark()
+}
+
+// fetchFromZero sends a Fetch v11 for partitions ps of topic from offset 0 and
+// returns the decoded response.
+func fetchFromZero(t *testing.T, rc *rawConn, topic string, ps []int32, maxBytes, partMaxBytes int32) *kmsg.FetchResponse {
+	t.Helper()
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = 11
+	req.MaxBytes = maxBytes
+	req.MinBytes = 1
+	req.MaxWaitMillis = 0
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = topic
+	for _, p := range ps {
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.Partition = p
+		fp.PartitionMaxBytes = partMaxBytes
+		ft.Partitions = append(ft.Partitions, fp)
+	}
+	req.Topics = append(req.Topics, ft)
+	resp := kmsg.NewPtrFetchResponse()
+	resp.Version = req.Version
+	if err := resp.ReadFrom(rc.request(req)); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// TestFetchMaxBytesBoundsLaterPartitions: only the first batch of the first
+// non-empty partition may exceed the fetch's MaxBytes (KIP-74, and the
+// comment on readFetch). A second partition whose next batch does not fit
+// in what is left must not add that batch.
+func TestFetchMaxBytesBoundsLaterPartitions(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("maxbytes", 2); code != errNone {
+		t.Fatal(code)
+	}
+	batch := bigBatch(t, 10_000)
+	appendCommitted(t, b, "maxbytes", 0, batch)
+	appendCommitted(t, b, "maxbytes", 1, batch)
+
+	const maxBytes = 15_000 // room for the first batch and 5 KB more
+	resp := fetchFromZero(t, dial(t, b), "maxbytes", []int32{0, 1}, maxBytes, 1<<20)
+	parts := resp.Topics[0].Partitions
+	p0, p1 := len(parts[0].RecordBatches), len(parts[1].RecordBatches)
+	if p0 != len(batch) {
+		t.Fatalf("partition 0: %d record bytes, want its whole first batch (%d)", p0, len(batch))
+	}
+	if p0+p1 > maxBytes {
+		t.Errorf("fetch MaxBytes %d: response holds %d record bytes (partition 0: %d, partition 1: %d); "+
+			"only the first partition's first batch may exceed the limit", maxBytes, p0+p1, p0, p1)
+	}
+}
+
+// TestFetchPartitionMaxBytesBoundsLaterPartitions: a partition other than the
+// first non-empty one must respect its PartitionMaxBytes.
+func TestFetchPartitionMaxBytesBoundsLaterPartitions(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("partbytes", 2); code != errNone {
+		t.Fatal(code)
+	}
+	batch := bigBatch(t, 10_000)
+	appendCommitted(t, b, "partbytes", 0, batch)
+	appendCommitted(t, b, "partbytes", 1, batch)
+
+	const partMax = 100
+	resp := fetchFromZero(t, dial(t, b), "partbytes", []int32{0, 1}, 1<<20, partMax)
+	parts := resp.Topics[0].Partitions
+	if got := len(parts[1].RecordBatches); got > partMax {
+		t.Errorf("partition 1 (not the first non-empty one) with PartitionMaxBytes %d: %d record bytes returned", partMax, got)
+	}
+}
