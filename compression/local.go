@@ -3,6 +3,7 @@ package compression
 import (
 	"bytes"
 	"fmt"
+	"math"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -21,16 +22,22 @@ type Options struct {
 	// MaxDecompressedSize bounds the bytes one Decompress call may append
 	// to dst. Output beyond it fails with ErrTooLarge, detected while
 	// decoding. Zero or a negative value selects
-	// DefaultMaxDecompressedSize.
+	// DefaultMaxDecompressedSize; a value above MaxDecompressedSizeCap
+	// (math.MaxInt for "no limit", say) is lowered to it.
 	MaxDecompressedSize int
 }
+
+// MaxDecompressedSizeCap is the largest MaxDecompressedSize in effect
+// (2^61 on 64-bit machines: no limit in practice), so that the decoders'
+// window arithmetic never overflows.
+const MaxDecompressedSizeCap = math.MaxInt / 4
 
 // maxDecompressed returns the limit with the default filled in.
 func (o Options) maxDecompressed() int {
 	if o.MaxDecompressedSize <= 0 {
 		return DefaultMaxDecompressedSize
 	}
-	return o.MaxDecompressedSize
+	return min(o.MaxDecompressedSize, MaxDecompressedSizeCap)
 }
 
 // Local is a caller-owned compression context, the counterpart of Kafka's
@@ -56,6 +63,7 @@ type Local struct {
 
 	zd *zstd.Decoder
 	ze [4]*zstd.Encoder // by zstd.EncoderLevel - 1
+	zs [4]*zstd.Encoder // the same, single-segment frames (inputs <= zstdWindow)
 
 	lzc  *lz4.Compressor
 	lzhc *lz4.CompressorHC

@@ -214,23 +214,33 @@ func zstdLevel(level int) zstd.EncoderLevel {
 	return zstd.EncoderLevelFromZstd(level)
 }
 
-// zstd appends one zstd frame holding src to dst.
+// zstd appends one zstd frame holding src to dst. A src of at most
+// zstdWindow bytes goes in a single-segment frame, whose header always
+// holds the content size (klauspost writes no content size in other frames
+// under 256 bytes, and Decompress would then size its output for a whole
+// 128 KiB block); larger ones in frames with a zstdWindow window.
 func (l *Local) zstd(dst, src []byte, level int) ([]byte, error) {
 	lv := zstdLevel(level)
-	e := l.ze[lv-1]
+	single := len(src) <= zstdWindow
+	encoders := &l.ze
+	if single {
+		encoders = &l.zs
+	}
+	e := encoders[lv-1]
 	if e == nil {
 		var err error
 		e, err = zstd.NewWriter(nil,
 			zstd.WithEncoderLevel(lv),
 			zstd.WithEncoderConcurrency(1), // synchronous EncodeAll, no goroutines
 			zstd.WithWindowSize(zstdWindow),
+			zstd.WithSingleSegment(single),
 			zstd.WithEncoderCRC(false), // the batch CRC covers it, as in Kafka
 			zstd.WithZeroFrames(true),  // an empty src still makes a frame
 		)
 		if err != nil {
 			return dst, fmt.Errorf("%w: zstd level %d: %w", ErrInvalidLevel, level, err)
 		}
-		l.ze[lv-1] = e
+		encoders[lv-1] = e
 	}
 	// EncodeAll appends; give it the worst case so it never grows dst.
 	dst = grow(dst, e.MaxEncodedSize(len(src)), e.MaxEncodedSize(len(src)))

@@ -95,7 +95,8 @@ func (o Options) withDefaults() Options {
 type Stats struct {
 	// Writev counts gathering writes: writev system calls on the socket
 	// path, including calls that returned EAGAIN; on the portable path,
-	// batches handed to a net.Conn through net.Buffers.
+	// batches handed to one of the net package's connections through
+	// net.Buffers.
 	Writev int64
 	// Sendfile counts sendfile system calls, including calls that returned
 	// EAGAIN.
@@ -196,6 +197,10 @@ type Builder struct {
 	vec      [][]byte // the current batch, ready to write
 	fast     fastState
 	fastStep func(fd uintptr) bool
+	// fastFor is the Builder that fastStep (and fast's cached method
+	// values) are bound to: a Builder copied after use, as a growing
+	// slice of Builders copies them, must not run its original's.
+	fastFor *Builder
 }
 
 // NewBuilder returns a Builder using opts (zero fields select defaults).
@@ -348,7 +353,7 @@ func sameFile(a, b io.ReaderAt) bool {
 // the connection's write lock is held for the whole response, concurrent
 // WriteTo calls on one connection do not interleave their bytes there.
 // Any other writer gets the same bytes through plain Write calls (through
-// net.Buffers for a net.Conn).
+// net.Buffers for the net package's own connections).
 //
 // On error, the count says how many bytes of the response reached w; the
 // rest was not written, and the stream is mid-response, so the caller
@@ -480,11 +485,23 @@ func (b *Builder) load() error {
 	return rerr
 }
 
+// gatheringConn reports whether w is one of the net package's connections,
+// for which net.Buffers makes one gathering write (writev). For any other
+// writer net.Buffers calls Write once per buffer and goes on past a short
+// Write that returned no error, which would send bytes after a gap.
+func gatheringConn(w io.Writer) bool {
+	switch w.(type) {
+	case *net.TCPConn, *net.UnixConn, *net.IPConn:
+		return true
+	}
+	return false
+}
+
 // writePlain writes the response to any io.Writer: batches of buffers, file
 // data read into memory, no sendfile.
 func (b *Builder) writePlain(w io.Writer) (int64, error) {
 	var n int64
-	_, gather := w.(net.Conn)
+	gather := gatheringConn(w)
 	cur := cursor{}
 	for cur.i < len(b.parts) {
 		next, _ := b.plan(cur, false)

@@ -55,9 +55,10 @@
 //     poller, and the connection's write deadline is honoured.
 //
 // Any other writer, and every writer on other systems, gets the same bytes
-// through plain calls: net.Buffers for a net.Conn (a gathering write where
-// the platform has one), one Write per buffer otherwise, with file data read
-// into memory.
+// through plain calls: net.Buffers for the net package's own connections (a
+// gathering write where the platform has one), one Write per buffer
+// otherwise (a wrapper such as tls.Conn included), stopping at the first
+// short Write, with file data read into memory.
 //
 // # Why small file regions are read, not sent with sendfile
 //

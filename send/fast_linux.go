@@ -83,11 +83,8 @@ func (b *Builder) writeFast(w io.Writer) (n int64, handled bool, err error) {
 	s := &b.fast
 	iov, sfCtl := s.iov, s.sfCtl
 	*s = fastState{iov: iov, sfCtl: sfCtl}
-	if s.sfCtl == nil {
-		s.sfCtl = b.sendfileCtl
-	}
-	if b.fastStep == nil {
-		b.fastStep = b.step
+	if b.fastFor != b { // first use, or b was copied since
+		s.sfCtl, b.fastStep, b.fastFor = b.sendfileCtl, b.step, b
 	}
 	werr := rc.Write(b.fastStep)
 	n, err = s.n, s.err
