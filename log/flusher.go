@@ -67,8 +67,10 @@ type flusher struct {
 	stopCh chan struct{}
 	done   chan struct{}
 
-	queued atomic.Bool  // in the scheduler's queue
-	due    atomic.Int64 // unix nanos when timed work is next due (scheduler)
+	// queued, running and rerun are the scheduler's, under its mu: in its
+	// queue, being stepped by a worker, kicked while being stepped.
+	queued, running, rerun bool
+	due                    atomic.Int64 // unix nanos when timed work is next due (scheduler)
 }
 
 // rolled is a segment waiting for its background flush, with the

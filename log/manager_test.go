@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1233,4 +1235,44 @@ func TestManagerRegionOfASegmentDeletedTwice(t *testing.T) {
 	deleted, err := filepath.Glob(filepath.Join(dir, "a", segmentName(2)+logSuffix+"*"+deletedSuffix))
 	require.NoError(t, err)
 	require.Len(t, deleted, 2, "both deleted data files wait for FileDeleteDelay: %v", deleted)
+}
+
+// TestManagerSchedulerDoesNotPileWorkersOnOneLog: a log kicked while a
+// worker steps it (a roll during its slow roll flush) is stepped again by
+// that worker afterwards, not by a second worker, which would only wait
+// for the first and leave other logs' flushes to the remaining workers
+// (here: none).
+func TestManagerSchedulerDoesNotPileWorkersOnOneLog(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpSync && strings.Contains(op.Path, "/slow/") && armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+		return vfs.Fault{}
+	}))
+	m, err := OpenManager(mgrCrashDir, ManagerOptions{Log: Options{FS: fs, SegmentBytes: 1 << 10}, Workers: 2})
+	require.NoError(t, err)
+	defer m.Close()
+	slow, err := m.Create("slow")
+	require.NoError(t, err)
+	fast, err := m.Create("fast")
+	require.NoError(t, err)
+	rollOnce := func(l *Log) {
+		for n := len(l.segments()); len(l.segments()) == n; {
+			_, err := l.Append(testBatch(t, 1))
+			require.NoError(t, err)
+		}
+	}
+	armed.Store(true)
+	rollOnce(slow)
+	<-entered // a worker is stuck in slow's roll flush
+	rollOnce(slow)
+	rollOnce(slow) // kicks while it is being stepped
+	rollOnce(fast)
+	defer close(release)
+	require.Eventually(t, func() bool { return fast.RecoveryPoint() >= fast.active().base }, 5*time.Second, time.Millisecond,
+		"the other worker must flush fast's roll while slow's flush is stuck")
 }

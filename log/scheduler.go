@@ -49,15 +49,26 @@ func (s *scheduler) unregister(f *flusher) {
 	s.mu.Unlock()
 }
 
-// kick queues f unless it is queued already.
+// kick queues f unless it is queued already. A log being stepped is not
+// queued again (a second worker would step it concurrently, both taking
+// turns on its locks while other logs wait): its worker steps it once
+// more when done.
 func (s *scheduler) kick(f *flusher) {
-	if f.queued.Swap(true) {
-		return
-	}
 	s.mu.Lock()
-	s.queue = append(s.queue, f)
-	s.mu.Unlock()
-	s.cond.Signal()
+	defer s.mu.Unlock()
+	s.enqueueLocked(f)
+}
+
+func (s *scheduler) enqueueLocked(f *flusher) {
+	switch {
+	case f.queued:
+	case f.running:
+		f.rerun = true
+	default:
+		f.queued = true
+		s.queue = append(s.queue, f)
+		s.cond.Signal()
+	}
 }
 
 // queued returns how many logs wait for a worker.
@@ -81,10 +92,17 @@ func (s *scheduler) work() {
 		f := s.queue[0]
 		s.queue[0] = nil
 		s.queue = s.queue[1:]
+		f.queued, f.running = false, true
 		s.mu.Unlock()
-		f.queued.Store(false)
 		next := f.step()
 		f.due.Store(next.UnixNano())
+		s.mu.Lock()
+		f.running = false
+		if f.rerun {
+			f.rerun = false
+			s.enqueueLocked(f)
+		}
+		s.mu.Unlock()
 	}
 }
 
