@@ -90,6 +90,7 @@ func (b *Broker) readFetchPart(fp *fetchPart, remaining int64, first bool) int16
 		return errUnknownTopicOrPartition
 	}
 	if code := leaderEpochError(fp.epoch); code != errNone {
+		fp.hw, fp.logStart = -1, -1 // as Kafka answers a fenced or unknown epoch
 		return code
 	}
 	l := fp.p.log

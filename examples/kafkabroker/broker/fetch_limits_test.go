@@ -103,3 +103,32 @@ func TestFetchPartitionMaxBytesBoundsLaterPartitions(t *testing.T) {
 		t.Errorf("partition 1 (not the first non-empty one) with PartitionMaxBytes %d: %d record bytes returned", partMax, got)
 	}
 }
+
+// TestFetchEpochErrorReportsNoOffsets: a partition answered with a leader
+// epoch error reports high watermark and log start -1, as Kafka does, not
+// 0 (an offset a client could take as real).
+func TestFetchEpochErrorReportsNoOffsets(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("epochs", 1); code != errNone {
+		t.Fatal(code)
+	}
+	appendCommitted(t, b, "epochs", 0, bigBatch(t, 10))
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = 11
+	req.MaxBytes, req.MinBytes = 1<<20, 1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "epochs"
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 1<<20, leaderEpoch+1
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	resp := kmsg.NewPtrFetchResponse()
+	resp.Version = req.Version
+	if err := resp.ReadFrom(dial(t, b).request(req)); err != nil {
+		t.Fatal(err)
+	}
+	p := resp.Topics[0].Partitions[0]
+	if p.ErrorCode != errUnknownLeaderEpoch || p.HighWatermark != -1 || p.LogStartOffset != -1 {
+		t.Errorf("error %d, high watermark %d, log start %d; want %d, -1, -1", p.ErrorCode, p.HighWatermark, p.LogStartOffset, errUnknownLeaderEpoch)
+	}
+}

@@ -627,6 +627,18 @@ func (c *coordinator) fetchOffsets(req *kmsg.OffsetFetchRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 	if req.Group == "" {
 		resp.ErrorCode = errInvalidGroupID
+		if req.Version < 2 { // no top-level error code: each partition's
+			for _, t := range req.Topics {
+				rt := kmsg.NewOffsetFetchResponseTopic()
+				rt.Topic = t.Topic
+				for _, p := range t.Partitions {
+					rp := offsetFetchPartition(p, committedOffset{}, false)
+					rp.ErrorCode = errInvalidGroupID
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				resp.Topics = append(resp.Topics, rt)
+			}
+		}
 		return resp
 	}
 	if req.Topics == nil && req.Version >= 2 {

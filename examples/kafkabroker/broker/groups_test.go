@@ -177,3 +177,28 @@ func TestCloseEndsAWaitingJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestOffsetFetchV1EmptyGroupErrorsPerPartition: OffsetFetch v0-v1 has no
+// top-level error code, so an invalid (empty) group id is reported on
+// every partition asked for, as Kafka does; it was lost.
+func TestOffsetFetchV1EmptyGroupErrorsPerPartition(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Version = 1
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic, rt.Partitions = "t", []int32{0, 1}
+	req.Topics = append(req.Topics, rt)
+	resp := kmsg.NewPtrOffsetFetchResponse()
+	resp.Version = req.Version
+	if err := resp.ReadFrom(dial(t, b).request(req)); err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 2 {
+		t.Fatalf("answer %+v", resp.Topics)
+	}
+	for _, p := range resp.Topics[0].Partitions {
+		if p.ErrorCode != errInvalidGroupID || p.Offset != -1 {
+			t.Errorf("partition %d: error %d, offset %d; want %d, -1", p.Partition, p.ErrorCode, p.Offset, errInvalidGroupID)
+		}
+	}
+}
