@@ -28,6 +28,10 @@ type node[K comparable, V any] struct {
 // The zero value is an empty map ready to use. A Map must not be copied
 // after first use.
 //
+// Keys must equal themselves, as for a Go map: a key holding a NaN is
+// stored as a new entry each time and never found again (Get, Remove and
+// MoveToEnd miss it); only Replace and Clear drop it.
+//
 // A Map is not safe for concurrent use: the owner serializes all calls
 // (including iterations) with its own lock. Calls made from inside a range
 // loop over the map's own iterators are allowed; see the package
@@ -201,11 +205,19 @@ func (m *Map[K, V]) Replace(seq iter.Seq2[K, V]) {
 		}
 	}
 	seq(m.place)
+	lost := false // a dropped key that delete cannot find (NaN)
 	for m.head != nil && m.head.stamp <= start {
 		n := m.head
+		lost = lost || n.key != n.key
 		delete(m.index, n.key)
 		m.unlink(n)
 		m.recycle(n)
+	}
+	if lost { // rebuild the index from the list (NaN keys stay unfindable)
+		clear(m.index)
+		for n := m.head; n != nil; n = n.next {
+			m.index[n.key] = n
+		}
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -26,13 +28,18 @@ func main() {
 	dir := flag.String("dir", "", "queue directory to keep (default: a temporary directory, removed at exit)")
 	jobs := flag.Int("jobs", 1000, "jobs per producer")
 	flag.Parse()
-	if err := run(os.Stdout, *dir, *jobs); err != nil {
+	// An interrupt ends run's waits, so that its deferred cleanup (the
+	// queue closed, the temporary directory removed) happens.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Stdout, *dir, *jobs)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "queue:", err)
 		os.Exit(1)
 	}
 }
 
-func run(w io.Writer, dir string, jobs int) (err error) {
+func run(ctx context.Context, w io.Writer, dir string, jobs int) (err error) {
 	if jobs < 1 {
 		return fmt.Errorf("-jobs %d: want at least 1", jobs)
 	}
@@ -77,7 +84,7 @@ func run(w io.Writer, dir string, jobs int) (err error) {
 
 	// The mailer handles about a third, commits, and stops.
 	done := make(map[string]int) // payload -> times handled by the mailer
-	handled, err := consume(q, "mailer", total/3, done)
+	handled, _, err := consume(ctx, q, "mailer", total/3, done)
 	if err != nil {
 		return err
 	}
@@ -92,23 +99,26 @@ func run(w io.Writer, dir string, jobs int) (err error) {
 	if q, err = Open(dir); err != nil {
 		return err
 	}
-	rest, err := consume(q, "mailer", total-handled, done)
+	rest, resumed, err := consume(ctx, q, "mailer", total-handled, done)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "mailer: reopened the queue, resumed at offset %d, handled the other %d jobs\n", handled, rest)
-	audited, err := consume(q, "audit", total, make(map[string]int))
+	fmt.Fprintf(w, "mailer: reopened the queue, resumed at offset %d, handled the other %d jobs\n", resumed, rest)
+	audit := make(map[string]int)
+	audited, _, err := consume(ctx, q, "audit", total, audit)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "audit: read all %d jobs on its own\n", audited)
 
-	if len(done) != total {
-		return fmt.Errorf("mailer handled %d distinct jobs, want %d", len(done), total)
-	}
-	for job, n := range done {
-		if n != 1 {
-			return fmt.Errorf("mailer handled %q %d times", job, n)
+	for group, seen := range map[string]map[string]int{"mailer": done, "audit": audit} {
+		if len(seen) != total {
+			return fmt.Errorf("%s handled %d distinct jobs, want %d", group, len(seen), total)
+		}
+		for job, n := range seen {
+			if n != 1 {
+				return fmt.Errorf("%s handled %q %d times", group, job, n)
+			}
 		}
 	}
 	fmt.Fprintln(w, "ok: every job handled exactly once by each group")
@@ -116,19 +126,20 @@ func run(w io.Writer, dir string, jobs int) (err error) {
 }
 
 // consume has group handle n jobs (counting them in done), committing after
-// each batch, and returns how many it handled.
-func consume(q *Queue, group string, n int, done map[string]int) (int, error) {
+// each batch, and returns how many it handled and the offset it started at
+// (the group's committed offset).
+func consume(ctx context.Context, q *Queue, group string, n int, done map[string]int) (handled int, start int64, err error) {
 	c, err := q.Consumer(group)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	start = c.next
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	handled := 0
 	for handled < n {
 		jobs, err := c.Poll(ctx)
 		if err != nil {
-			return handled, err
+			return handled, start, err
 		}
 		jobs = jobs[:min(len(jobs), n-handled)]
 		for _, j := range jobs {
@@ -136,8 +147,8 @@ func consume(q *Queue, group string, n int, done map[string]int) (int, error) {
 		}
 		handled += len(jobs)
 		if err := c.Commit(jobs[len(jobs)-1].Offset + 1); err != nil {
-			return handled, err
+			return handled, start, err
 		}
 	}
-	return handled, nil
+	return handled, start, nil
 }

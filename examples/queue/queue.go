@@ -85,8 +85,11 @@ func (q *Queue) Consumer(group string) (*Consumer, error) {
 	}
 	if err == nil {
 		rows, err := replog.DecodeCheckpoint(data, 1)
-		if err != nil || len(rows) != 1 {
+		if err != nil {
 			return nil, fmt.Errorf("%s: bad checkpoint: %w", c.path, err)
+		}
+		if len(rows) != 1 {
+			return nil, fmt.Errorf("%s: bad checkpoint: %w: %d rows, want 1", c.path, replog.ErrCorrupt, len(rows))
 		}
 		c.next = rows[0][0]
 	}

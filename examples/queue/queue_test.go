@@ -12,7 +12,7 @@ import (
 // TestRun runs the example as `go run` does and checks its report.
 func TestRun(t *testing.T) {
 	var out strings.Builder
-	if err := run(&out, t.TempDir(), 300); err != nil {
+	if err := run(context.Background(), &out, t.TempDir(), 300); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{

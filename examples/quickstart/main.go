@@ -9,11 +9,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/replog/replog/replication"
@@ -22,7 +25,9 @@ import (
 func main() { os.Exit(run()) }
 
 // run is main with an exit code, so that deferred cleanup (the temporary
-// directory) happens before the process exits.
+// directory) happens before the process exits, an interrupt included: it
+// stops the producers, and the cluster is closed before the directory is
+// removed.
 func run() int {
 	dir := flag.String("dir", "", "data directory to keep (default: a temporary directory, removed at exit)")
 	records := flag.Int("records", 200_000, "records to produce (at least 200 per producer, so that the failover happens while they produce)")
@@ -33,6 +38,12 @@ func run() int {
 		flag.Usage()
 		return 2
 	}
+	if err := checkDir(*dir); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if *dir == "" {
 		tmp, err := os.MkdirTemp("", "replog-quickstart-")
 		if err != nil {
@@ -42,11 +53,34 @@ func run() int {
 		defer os.RemoveAll(tmp)
 		*dir = tmp
 	}
-	if err := quickstart(*dir, *records, *producers); err != nil {
+	if err := quickstart(ctx, *dir, *records, *producers); err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(os.Stderr, "\nquickstart: interrupted")
+			return 130
+		}
 		fmt.Fprintln(os.Stderr, "quickstart: FAILED:", err)
 		return 1
 	}
 	return 0
+}
+
+// checkDir refuses a -dir that holds anything: the example starts a new
+// cluster at epoch 1 with fresh producer ids, which a kept cluster's logs
+// (at epoch 2 after the failover, with those producers' state) refuse.
+func checkDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case len(entries) > 0:
+		return fmt.Errorf("-dir %s is not empty: the example starts a new cluster; give a new or empty directory", dir)
+	}
+	return nil
 }
 
 // checkFlags rejects values with which the example would show nothing: each
@@ -67,7 +101,7 @@ func checkFlags(records, producers int) error {
 	return nil
 }
 
-func quickstart(dir string, records, producers int) error {
+func quickstart(ctx context.Context, dir string, records, producers int) error {
 	c, err := startCluster(dir)
 	if err != nil {
 		return err
@@ -76,7 +110,7 @@ func quickstart(dir string, records, producers int) error {
 	fmt.Printf("3 replicas on %s, leader node 0 at epoch 1, data in %s\n", c.addrList(), dir)
 
 	start := time.Now()
-	res, err := produce(c, records, producers)
+	res, err := produce(ctx, c, records, producers)
 	if err != nil {
 		return err
 	}

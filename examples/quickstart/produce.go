@@ -37,8 +37,9 @@ type result struct {
 // "controller" goroutine then closes node 0 and elects node 1 while other
 // producers' batches are in flight. With two batches or more per producer
 // (see checkFlags), more records remain at that point than can be in
-// flight, so the new leader always acknowledges some.
-func produce(c *cluster, records, producers int) (*result, error) {
+// flight, so the new leader always acknowledges some. The producers stop
+// when ctx ends (an interrupt).
+func produce(ctx context.Context, c *cluster, records, producers int) (*result, error) {
 	perProducer := records / producers
 	total := int64(perProducer * producers)
 	res := &result{ackedSeqs: make([]int64, producers)}
@@ -57,7 +58,7 @@ func produce(c *cluster, records, producers int) (*result, error) {
 	errs := make(chan error, producers)
 	for p := 0; p < producers; p++ {
 		wg.Go(func() {
-			lat, bytes, retries, dups, err := runProducer(c, p, perProducer, onAck, res)
+			lat, bytes, retries, dups, err := runProducer(ctx, c, p, perProducer, onAck, res)
 			mu.Lock()
 			res.bytes += bytes
 			res.latencies = append(res.latencies, lat...)
@@ -140,7 +141,7 @@ func produce(c *cluster, records, producers int) (*result, error) {
 // 1000+p), retrying each batch with the same sequence numbers until it is
 // acknowledged: after a failover the new leader recognises a batch the old
 // one had already replicated and returns its original offsets.
-func runProducer(c *cluster, p, perProducer int, onAck func(n int64), res *result) (lat durations, bytes, retries, dups int64, err error) {
+func runProducer(ctx context.Context, c *cluster, p, perProducer int, onAck func(n int64), res *result) (lat durations, bytes, retries, dups int64, err error) {
 	local := compression.NewLocal(compression.Options{})
 	lz4, err := replog.CompressWith(local, compression.LZ4, 0)
 	if err != nil {
@@ -160,15 +161,19 @@ func runProducer(c *cluster, p, perProducer int, onAck func(n int64), res *resul
 		for attempt := 0; ; attempt++ {
 			leader, changed, err := c.current()
 			for err == nil && leader < 0 { // failing over: wait for the new leader
-				<-changed
+				select {
+				case <-changed:
+				case <-ctx.Done():
+					return lat, bytes, retries, dups, ctx.Err()
+				}
 				leader, changed, err = c.current()
 			}
 			if err != nil {
 				return lat, bytes, retries, dups, fmt.Errorf("producer %d: no leader: %w", p, err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			t0 := time.Now()
-			info, err := c.reps[leader].Produce(ctx, topic, batch, replication.AcksAll)
+			info, err := c.reps[leader].Produce(callCtx, topic, batch, replication.AcksAll)
 			cancel()
 			if err == nil {
 				lat = append(lat, time.Since(t0))
@@ -186,12 +191,17 @@ func runProducer(c *cluster, p, perProducer int, onAck func(n int64), res *resul
 				onAck(int64(n))
 				break
 			}
+			if ctx.Err() != nil {
+				return lat, bytes, retries, dups, ctx.Err()
+			}
 			if !retriable(err) || attempt > 100 {
 				return lat, bytes, retries, dups, fmt.Errorf("producer %d: %w", p, err)
 			}
 			select {
 			case <-changed:
 			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return lat, bytes, retries, dups, ctx.Err()
 			}
 		}
 	}
