@@ -232,6 +232,7 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 		l.mu.Unlock()
 		return info, err
 	}
+	l.rollMovedDurable = false
 	if err := l.maybeRoll(info); err != nil {
 		l.producers.discard()
 		l.mu.Unlock()
@@ -239,6 +240,14 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 	}
 	if err := l.writeToActive(batches); err != nil {
 		l.producers.discard()
+		if l.rollMovedDurable {
+			// The roll moved the log start or the recovery point, durably,
+			// up to this append's first offset: appends below them, or a
+			// reopen, would find a log that does not hold what its
+			// checkpoints say. Refuse writes until a reopen, whose
+			// recovery goes by what the files hold.
+			err = l.fail(err)
+		}
 		l.mu.Unlock()
 		return info, err
 	}
@@ -427,6 +436,7 @@ func (l *Log) makeGapDurable(base int64) error {
 	if err := l.bg.flushRolled(); err != nil {
 		return err
 	}
+	l.rollMovedDurable = true
 	return l.writeRecoveryPointAtLeast(base)
 }
 
@@ -457,6 +467,7 @@ func (l *Log) replaceEmptyActive(base int64) error {
 		// The log held no batch, and now starts at its only segment's
 		// base: the log start moves up to it (no record lies between),
 		// durably, as a reopen would find it.
+		l.rollMovedDurable = true
 		if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), base); err != nil {
 			return l.fail(err)
 		}

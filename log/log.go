@@ -42,7 +42,10 @@ type Log struct {
 	hwMu sync.Mutex
 
 	unsyncedMsgs int // records since the last sync (appender-only, under mu)
-	dirDirty     atomic.Bool
+	// rollMovedDurable says the current append's roll moved the log start
+	// or the recovery point durably to its base (under mu).
+	rollMovedDurable bool
+	dirDirty         atomic.Bool
 	// dirSyncMu is held across taking dirDirty and the directory fsync, so
 	// that a caller finding the flag clear knows no fsync is in flight.
 	dirSyncMu sync.Mutex
