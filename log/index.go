@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -262,6 +263,9 @@ func (x timeIndex) maybeAppend(ts int64, rel int32) {
 // of the greatest entry whose timestamp is <= ts... minus nothing; callers
 // scan forward from the returned offset.
 func (x timeIndex) lookup(ts int64) int32 {
+	if ts == math.MinInt64 {
+		return 0 // every record is at least that new (and ts-1 would wrap)
+	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	// The entry with the greatest timestamp strictly below ts marks a point
@@ -276,6 +280,9 @@ func (x timeIndex) lookup(ts int64) int32 {
 // lookupEntry is lookup returning the entry found: its timestamp and
 // relative offset, or ok=false when no entry is older than ts.
 func (x timeIndex) lookupEntry(ts int64) (entryTS int64, rel int32, ok bool) {
+	if ts == math.MinInt64 {
+		return NoTimestamp, 0, false // no entry is older (and ts-1 would wrap)
+	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	_, e := x.search(ts-1, timeKey)

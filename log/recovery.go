@@ -289,7 +289,11 @@ func (l *Log) loadClean(leo int64) error {
 		return fmt.Errorf("%w: marker offset %d, offset index entry %d past it", errUntrustedMarker, leo, act.base+int64(rel))
 	}
 	act.next.Store(leo) // a rebuild of missing indexes sets it
-	l.loadSegmentMeta(act)
+	// Taken unchecked: checking would read the segment file, which a
+	// clean open does not open (a Manager opens thousands of logs).
+	if ts, rel, ok := act.timeIdx.last(); ok && act.maxTS.CompareAndSwap(NoTimestamp, ts) {
+		act.relOfMaxTS = rel
+	}
 	return nil
 }
 
@@ -310,14 +314,14 @@ func (l *Log) loadFresh(staleRP bool) error {
 	return nil
 }
 
-// loadSegmentMeta sets a segment's max timestamp from its time index,
-// unless one is known already (the appender may have stored a newer one).
-// It writes the appender's relOfMaxTS, so callers must exclude the
-// appender and each other: load runs before the Log is shared, retention
-// holds l.mu. Readers use timeIndexMaxTimestamp instead, which stores
-// nothing.
+// loadSegmentMeta sets a sealed segment's max timestamp from its time
+// index, unless one is known already. It writes relOfMaxTS, so callers
+// must exclude each other: retention holds l.mu. Readers use
+// readerMaxTimestamp instead, which stores nothing. An entry that does not
+// match its batch (checkedLastTime) is not used: age retention then keeps
+// the segment.
 func (l *Log) loadSegmentMeta(s *segment) {
-	if ts, rel, ok := s.timeIdx.last(); ok && s.maxTS.CompareAndSwap(NoTimestamp, ts) {
+	if ts, rel, ok := l.checkedLastTime(s); ok && s.maxTS.CompareAndSwap(NoTimestamp, ts) {
 		s.relOfMaxTS = rel
 	}
 }

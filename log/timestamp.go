@@ -1,18 +1,23 @@
 package log
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // OffsetForTimestamp returns the offset of the first record whose
 // timestamp is >= ts, as Kafka's ListOffsets does, and ok=false when no
 // record is that new. For compressed batches the answer is the batch's
 // base offset (the first record of the first batch whose max timestamp is
-// >= ts), which may be a few records early.
+// >= ts), which may be a few records early. The batches it scans (from
+// the time index entry before ts) are read whole and their CRCs checked:
+// damage fails with ErrCorrupt rather than giving a wrong offset.
 func (l *Log) OffsetForTimestamp(ts int64) (offset int64, ok bool, err error) {
-	if l.closed.Load() {
-		return 0, false, ErrClosed
-	}
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
+	if l.closed.Load() { // under readMu: Close then waits to close the files
+		return 0, false, ErrClosed
+	}
 	start := l.logStart.Load()
 	segs := l.segments()
 	for _, s := range segs {
@@ -47,14 +52,40 @@ func (l *Log) readerMaxTimestamp(s *segment, active bool) (int64, error) {
 	if ts := s.maxTS.Load(); ts != NoTimestamp {
 		return ts, nil // a rebuild of the indexes set it
 	}
-	ts, _, ok := s.timeIdx.last()
+	ts, _, ok := l.checkedLastTime(s)
 	if !ok {
-		return NoTimestamp, nil
+		return math.MaxInt64, nil // unknown: search the segment
 	}
 	return ts, nil
 }
 
+// checkedLastTime returns a sealed segment's max timestamp from the last
+// entry of its time index, once checked against the batch it names (no
+// checksum covers the time index, and a damaged last entry would hide the
+// segment's newest records from time lookups and age retention), or
+// ok=false when the index has no entry or the check fails.
+func (l *Log) checkedLastTime(s *segment) (ts int64, rel int32, ok bool) {
+	ts, rel, ok = s.timeIdx.last()
+	if !ok || ts == NoTimestamp || !l.timeEntryMatches(s, ts, rel) {
+		return NoTimestamp, 0, false
+	}
+	return ts, rel, true
+}
+
+// timeEntryMatches reports whether the time index entry (ts, rel) of s
+// says what the log holds: an entry (T, r) says that the batch ending at
+// offset base+r holds the largest timestamp so far, T.
+func (l *Log) timeEntryMatches(s *segment, ts int64, rel int32) bool {
+	var hdr [BatchHeaderSize]byte
+	_, found, err := s.find(s.base+int64(rel), l.opts.MaxBatchBytes, &hdr)
+	b := Batch(hdr[:])
+	return err == nil && found && b.LastOffset() == s.base+int64(rel) && b.MaxTimestamp() == ts
+}
+
 // offsetForTimestampIn searches one segment, from its time index entry.
+// Every batch it steps over is read whole and its CRC checked: the
+// answer is an offset, so nothing downstream could notice that a damaged
+// max timestamp made it skip the batch holding the records asked for.
 func (l *Log) offsetForTimestampIn(s *segment, ts, start int64) (int64, bool, error) {
 	rel := l.timeIndexStart(s, ts)
 	from := max(s.base+int64(rel), start)
@@ -66,31 +97,39 @@ func (l *Log) offsetForTimestampIn(s *segment, ts, start int64) (int64, bool, er
 	var buf []byte
 	size := s.size.Load()
 	for pos < size {
-		b, err := s.batchHeaderAt(pos, &hdr)
+		h, err := s.batchHeaderAt(pos, &hdr)
 		if err != nil {
 			return 0, false, err
+		}
+		buf = growLen(buf[:0], h.Size())
+		if _, err := s.readAt(buf, pos); err != nil {
+			return 0, false, err
+		}
+		b := Batch(buf)
+		if err := b.ValidateHeader(); err != nil {
+			return 0, false, fmt.Errorf("segment %d at position %d: %w", s.base, pos, err)
 		}
 		if b.MaxTimestamp() >= ts && b.LastOffset() >= start {
 			if b.CodecID() != 0 || b.IsLogAppendTime() {
 				return max(b.BaseOffset(), start), true, nil
 			}
-			buf = growLen(buf[:0], b.Size())
-			if _, err := s.readAt(buf, pos); err != nil {
-				return 0, false, err
+			off, found, err := recordOffsetForTimestamp(b, ts, start)
+			if err != nil || found {
+				return off, found, err
 			}
-			return recordOffsetForTimestamp(Batch(buf), ts, start)
 		}
 		pos += int64(b.Size())
 	}
 	return 0, false, nil
 }
 
-// recordOffsetForTimestamp finds the first record >= ts in an
-// uncompressed batch.
+// recordOffsetForTimestamp finds the first record >= ts at or after
+// start in an uncompressed batch whose header it checked. None there is
+// no damage: the log start may lie inside the batch, and a batch may keep
+// a max timestamp of records it no longer holds (Kafka's cleaner writes
+// such batches, even empty ones); the search goes on with the next batch,
+// as Kafka's does.
 func recordOffsetForTimestamp(b Batch, ts, start int64) (int64, bool, error) {
-	if err := b.ValidateHeader(); err != nil {
-		return 0, false, err
-	}
 	it := b.Records()
 	for it.Next() {
 		r := it.Record()
@@ -98,26 +137,17 @@ func recordOffsetForTimestamp(b Batch, ts, start int64) (int64, bool, error) {
 			return r.Offset, true, nil
 		}
 	}
-	if err := it.Err(); err != nil {
-		return 0, false, err
-	}
-	return 0, false, fmt.Errorf("%w: batch max timestamp %d but no record at or after %d", ErrCorrupt, b.MaxTimestamp(), ts)
+	return 0, false, it.Err()
 }
 
 // timeIndexStart returns the relative offset from which to search s for
 // ts: that of the time index entry lookup finds, once checked against the
-// batch it names (an entry (T, r) says that the batch ending at offset r
-// holds the largest timestamp so far, T), else 0. No checksum covers the
-// time index, and a damaged entry would make the search skip the records
-// it should find.
+// batch it names (timeEntryMatches), else 0. No checksum covers the time
+// index, and a damaged entry would make the search skip the records it
+// should find.
 func (l *Log) timeIndexStart(s *segment, ts int64) int32 {
 	entryTS, rel, ok := s.timeIdx.lookupEntry(ts)
-	if !ok || entryTS == NoTimestamp {
-		return 0
-	}
-	var hdr [BatchHeaderSize]byte
-	_, found, err := s.find(s.base+int64(rel), l.opts.MaxBatchBytes, &hdr)
-	if b := Batch(hdr[:]); err != nil || !found || b.LastOffset() != s.base+int64(rel) || b.MaxTimestamp() != entryTS {
+	if !ok || entryTS == NoTimestamp || !l.timeEntryMatches(s, entryTS, rel) {
 		return 0
 	}
 	return rel
