@@ -26,6 +26,7 @@ const (
 	DefaultMaxRequestBytes   = 100 << 20 // Kafka's socket.request.max.bytes
 	DefaultMaxPartitionCount = 10_000
 	DefaultIdleTimeout       = 10 * time.Minute // Kafka's connections.max.idle.ms
+	DefaultMaxFetchWait      = 30 * time.Second // Kafka's default request.timeout.ms
 )
 
 // Config configures a Broker.
@@ -49,6 +50,11 @@ type Config struct {
 	// or does not take a response within it (DefaultIdleTimeout when
 	// zero).
 	IdleTimeout time.Duration
+	// MaxFetchWait bounds a fetch's long poll, whatever its MaxWaitMillis
+	// asks (up to 24 days): a client gone meanwhile holds a goroutine
+	// until then. Answering early with what there is is allowed, and
+	// clients fetch again (DefaultMaxFetchWait when zero).
+	MaxFetchWait time.Duration
 	// Log is the template of every partition's log options (segment size,
 	// fsync policy...). Its zero value gives replog's defaults.
 	Log replog.Options
@@ -80,6 +86,12 @@ func (c *Config) validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("broker: Config.IdleTimeout %v is negative", c.IdleTimeout)
+	}
+	if c.MaxFetchWait == 0 {
+		c.MaxFetchWait = DefaultMaxFetchWait
+	}
+	if c.MaxFetchWait < 0 {
+		return fmt.Errorf("broker: Config.MaxFetchWait %v is negative", c.MaxFetchWait)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -61,8 +61,9 @@
 //
 // Requests larger than Config.MaxRequestBytes close the connection before any
 // buffer of that size is allocated; a connection idle for Config.IdleTimeout
-// is closed. A long-polled fetch waits on one broker-wide notification of
-// high-watermark moves, however many partitions it names, and an acks=-1
+// is closed. A long-polled fetch waits at most Config.MaxFetchWait (30 s),
+// whatever it asks, on one broker-wide notification of high-watermark
+// moves, however many partitions it names, and an acks=-1
 // produce fsyncs each log once, however many times it names it. No transactions, no ACLs or SASL, no
 // replication, no compaction of the committed-offset log (it grows with every
 // commit and is replayed whole at start), no static group membership (a

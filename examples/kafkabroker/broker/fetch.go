@@ -31,8 +31,8 @@ type fetchTopic struct {
 
 // handleFetch answers a fetch: it reads the requested partitions and, while
 // fewer than MinBytes were found, waits for appends until MaxWaitMillis has
-// passed (a long poll). It writes the response itself, with the record
-// batches sent from the segment files (see writeFetch).
+// passed (a long poll), at most Config.MaxFetchWait. It writes the response itself,
+// with the record batches sent from the segment files (see writeFetch).
 func (cc *conn) handleFetch(h header, req *kmsg.FetchRequest) error {
 	b := cc.b
 	topics := make([]fetchTopic, len(req.Topics))
@@ -49,7 +49,7 @@ func (cc *conn) handleFetch(h header, req *kmsg.FetchRequest) error {
 		}
 		topics[i] = ft
 	}
-	maxWait := time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond
+	maxWait := min(time.Duration(max(req.MaxWaitMillis, 0))*time.Millisecond, b.cfg.MaxFetchWait)
 	deadline := time.Now().Add(maxWait)
 	for {
 		total, failed := b.readFetch(topics, int64(req.MaxBytes))

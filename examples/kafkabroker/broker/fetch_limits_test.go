@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -130,5 +131,45 @@ func TestFetchEpochErrorReportsNoOffsets(t *testing.T) {
 	p := resp.Topics[0].Partitions[0]
 	if p.ErrorCode != errUnknownLeaderEpoch || p.HighWatermark != -1 || p.LogStartOffset != -1 {
 		t.Errorf("error %d, high watermark %d, log start %d; want %d, -1, -1", p.ErrorCode, p.HighWatermark, p.LogStartOffset, errUnknownLeaderEpoch)
+	}
+}
+
+// TestFetchLongPollBoundedByMaxFetchWait: a fetch asking to wait a day for
+// records that never come is answered, empty, after Config.MaxFetchWait.
+func TestFetchLongPollBoundedByMaxFetchWait(t *testing.T) {
+	b, err := Start(Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), MaxFetchWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if code := b.createTopic("idle", 1); code != errNone {
+		t.Fatal(code)
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = 11
+	req.MaxBytes, req.MinBytes, req.MaxWaitMillis = 1<<20, 1, 24*3600*1000
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "idle"
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	rc := dial(t, b)
+	done := make(chan *kmsg.FetchResponse, 1)
+	go func() {
+		resp := kmsg.NewPtrFetchResponse()
+		resp.Version = req.Version
+		if err := resp.ReadFrom(rc.request(req)); err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	select {
+	case resp := <-done:
+		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != errNone || len(p.RecordBatches) != 0 {
+			t.Errorf("error %d, %d record bytes; want an empty answer", p.ErrorCode, len(p.RecordBatches))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a day's long poll was still held after 20 s (MaxFetchWait 100 ms)")
 	}
 }
