@@ -68,11 +68,12 @@ func readLeaping(l *Log) (logState, error) {
 }
 
 // failNextSegmentWrite returns a filesystem on inner whose next write to
-// a segment file, once armed, fails with ENOSPC.
-func failNextSegmentWrite(inner vfs.FS) (*vfs.ErrorFS, *atomic.Bool) {
+// the segment file of base, once armed, fails with ENOSPC.
+func failNextSegmentWrite(inner vfs.FS, base int64) (*vfs.ErrorFS, *atomic.Bool) {
 	var armed atomic.Bool
+	name := segmentName(base) + logSuffix
 	return vfs.NewErrorFS(inner, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		if op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && armed.CompareAndSwap(true, false) {
+		if op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, name) && armed.CompareAndSwap(true, false) {
 			return vfs.Fault{Err: syscall.ENOSPC}
 		}
 		return vfs.Fault{}
@@ -92,7 +93,7 @@ func leapOptions(fsys vfs.FS) Options {
 // acknowledged until a reopen, which finds a consistent log.
 func TestFailedLeapAppendFailsTheLog(t *testing.T) {
 	mem := vfs.NewMem()
-	efs, armed := failNextSegmentWrite(mem)
+	efs, armed := failNextSegmentWrite(mem, 1<<32)
 	l, err := Open(crashDir, leapOptions(efs))
 	require.NoError(t, err)
 	defer func() { l.Close() }()
@@ -128,7 +129,8 @@ func TestFailedLeapAppendFailsTheLog(t *testing.T) {
 // keeps every batch synced before it.
 func TestFailedGapAppendFailsTheLog(t *testing.T) {
 	mem := vfs.NewMem()
-	efs, armed := failNextSegmentWrite(mem)
+	const end, gap = 10, 10 + 1<<31 + 1000 // five batches of two, then the gap
+	efs, armed := failNextSegmentWrite(mem, gap)
 	l, err := Open(crashDir, leapOptions(efs))
 	require.NoError(t, err)
 	defer func() { l.Close() }()
@@ -140,10 +142,10 @@ func TestFailedGapAppendFailsTheLog(t *testing.T) {
 		acked = append(acked, b)
 	}
 	require.NoError(t, l.Sync())
-	end := l.LogEndOffset()
+	require.Equal(t, int64(end), l.LogEndOffset())
 
 	armed.Store(true)
-	_, err = l.AppendAsFollower(leapBatch(t, end+1<<31+1000, 2, 2, 99))
+	_, err = l.AppendAsFollower(leapBatch(t, gap, 2, 2, 99))
 	require.ErrorIs(t, err, syscall.ENOSPC)
 	_, err = l.AppendAsFollower(leapBatch(t, end, 2, 3, 200))
 	require.ErrorIs(t, err, ErrSyncFailed, "nothing is appended below the durable recovery point")
