@@ -66,7 +66,10 @@
 //     core.
 //   - A failed fsync is sticky: the Log refuses appends and syncs with an
 //     error wrapping ErrSyncFailed until it is reopened, and nothing after
-//     the last successful Sync is reported durable.
+//     the last successful Sync is reported durable. So is any other failed
+//     write that leaves the files out of step with the Log (a checkpoint,
+//     a segment rename or removal, the truncation undoing a failed write,
+//     a write after a roll that moved the log start or recovery point).
 //   - Open after a clean Close reads no segment data (it trusts the
 //     clean-shutdown marker only if the segment files agree with it).
 //     After a crash it scans the segments from the recovery point on,
@@ -143,7 +146,7 @@
 //
 // # Index files
 //
-// The offset index gets an entry each time more than IndexIntervalBytes
+// The offset index gets an entry each time at least IndexIntervalBytes
 // were appended since the last one; the time index gets one at the same
 // moments when the largest timestamp grew, and a final one when the
 // segment is rolled. Lookups take the greatest entry at or below the
@@ -152,8 +155,11 @@
 //	.index entry (8 bytes):      relativeOffset int32 | position int32
 //	.timeindex entry (12 bytes): timestamp int64 | relativeOffset int32
 //
-// relativeOffset is the batch's last offset minus the segment's base
-// offset; position is the batch's byte position in the .log file.
+// In .index, relativeOffset is a batch's last offset minus the segment's
+// base offset and position the batch's byte position in the .log file. In
+// .timeindex, timestamp is the largest timestamp so far in the segment and
+// relativeOffset that of the last offset of the batch holding it (as in
+// Kafka).
 //
 // # Producer-state snapshots
 //
@@ -194,12 +200,19 @@
 //
 // recovery-point, log-start-offset, high-watermark and clean-shutdown each
 // hold one entry of one offset; leader-epoch-checkpoint holds one
-// "<epoch> <startOffset>" entry per leader epoch.
+// "<epoch> <startOffset>" entry per leader epoch. A Manager's data
+// directory holds recovery-point-offset-checkpoint,
+// replication-offset-checkpoint and clean-shutdown files of the same
+// layout whose entries are "<log name> <offset>", one per log (see
+// Manager); its logs then keep no recovery-point, high-watermark or
+// clean-shutdown file of their own.
 //
 // # Errors
 //
 // Errors wrap the package's sentinels (ErrCorrupt, ErrInvalidRecord,
-// ErrBatchTooLarge, ErrOffsetOutOfRange, ErrClosed, ErrSyncFailed); match
-// them with errors.Is. Corrupt or hostile bytes never cause a panic, and a
+// ErrBatchTooLarge, ErrOffsetOutOfRange, ErrClosed, ErrSyncFailed; leader
+// appends also ErrOutOfOrderSequence and ErrProducerFenced, a Reader
+// ErrTruncated, a Manager ErrLogExists and ErrNoSuchLog); match them with
+// errors.Is. Corrupt or hostile bytes never cause a panic, and a
 // rejected append changes nothing.
 package log

@@ -16,18 +16,24 @@ var (
 	// offset delta is not its record count - 1, a compressed stream using
 	// a feature package compression does not implement.
 	ErrInvalidRecord = errors.New("replog/log: invalid record batch")
-	// ErrBatchTooLarge reports a batch larger than Options.MaxBatchBytes or
-	// than a segment.
+	// ErrBatchTooLarge reports a batch larger than Options.MaxBatchBytes,
+	// or an append (all its batches) larger than a segment.
 	ErrBatchTooLarge = errors.New("replog/log: record batch too large")
 	// ErrOffsetOutOfRange reports an offset outside [LogStartOffset,
-	// LogEndOffset] given to a read or DeleteRecordsBefore, or below
-	// LogStartOffset given to TruncateTo (at or past the end, TruncateTo
-	// does nothing).
+	// LogEndOffset] given to a read (outside [LogStartOffset,
+	// HighWatermark] with ReadOptions.UpToHighWatermark) or to
+	// DeleteRecordsBefore (above HighWatermark after
+	// RetainAboveHighWatermark), or below LogStartOffset given to
+	// TruncateTo (at or past the end, TruncateTo does nothing).
 	ErrOffsetOutOfRange = errors.New("replog/log: offset out of range")
 	// ErrClosed reports a call on a closed Log or Reader.
 	ErrClosed = errors.New("replog/log: closed")
-	// ErrSyncFailed reports that an earlier fsync failed. It is sticky: the
-	// Log refuses appends and syncs until it is reopened, because the state
-	// of the page cache after a failed fsync is unknown (fsyncgate).
-	ErrSyncFailed = errors.New("replog/log: an earlier fsync failed; reopen the log")
+	// ErrSyncFailed reports that an earlier fsync failed, or another
+	// write to durable state that left the files out of step with the
+	// Log (a checkpoint, a rename or removal of segment files, a
+	// truncation undoing a failed write). It is sticky: the Log refuses
+	// appends and syncs until it is reopened, because the state of the
+	// page cache after a failed fsync is unknown (fsyncgate), and a
+	// reopen's recovery goes by what the files hold.
+	ErrSyncFailed = errors.New("replog/log: an earlier fsync or durable write failed; reopen the log")
 )

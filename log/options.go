@@ -39,8 +39,8 @@ type Options struct {
 	// SegmentAge, chosen once per segment, so that many logs do not roll
 	// at once. It is capped at SegmentAge, as in Kafka.
 	SegmentJitter time.Duration
-	// IndexIntervalBytes is how many bytes are appended between two offset
-	// index entries.
+	// IndexIntervalBytes is how many bytes are appended, at least, between
+	// two offset index entries (default 4096).
 	IndexIntervalBytes int
 	// MaxIndexBytes is the size at which an offset index is full; the
 	// segment is then rolled.

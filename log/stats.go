@@ -7,19 +7,27 @@ import (
 
 // Stats is a snapshot of a Log's counters and sizes.
 type Stats struct {
-	Segments       int
-	Bytes          int64 // sum of segment sizes
+	// Segments is the number of segments.
+	Segments int
+	// Bytes is the sum of the segments' sizes.
+	Bytes int64
+	// LogStartOffset, LogEndOffset, HighWatermark, RecoveryPoint and
+	// DurableOffset are the Log's methods' values.
 	LogStartOffset int64
-	LogEndOffset   int64
-	HighWatermark  int64
-	RecoveryPoint  int64
-	DurableOffset  int64
+	LogEndOffset   int64 // see LogStartOffset
+	HighWatermark  int64 // see LogStartOffset
+	RecoveryPoint  int64 // see LogStartOffset
+	DurableOffset  int64 // see LogStartOffset
 
+	// Appends counts the appends that wrote batches, AppendedBytes their
+	// bytes and Records their records.
 	Appends       int64
-	AppendedBytes int64
-	Records       int64
-	Rolls         int64
-	Syncs         int64 // Sync calls that ran fsyncs
+	AppendedBytes int64 // see Appends
+	Records       int64 // see Appends
+	// Rolls counts segment rolls.
+	Rolls int64
+	// Syncs counts Sync calls that ran fsyncs.
+	Syncs int64
 	// Fsyncs counts fsyncs of segment data (by Sync, the SyncEvery
 	// options and roll flushes) and of the directory; those of index,
 	// snapshot and checkpoint files and of truncations are not counted.
@@ -27,20 +35,25 @@ type Stats struct {
 	// BackgroundFlushes counts roll flushes done by the background flusher,
 	// and BackgroundFlushTime the time they took.
 	BackgroundFlushes   int64
-	BackgroundFlushTime time.Duration
-	// RecoveredSegments and TruncatedBytes describe the last Open.
+	BackgroundFlushTime time.Duration // see BackgroundFlushes
+	// RecoveredSegments and TruncatedBytes describe the last Open: the
+	// segments recovery scanned and the bytes it cut.
 	RecoveredSegments int
-	TruncatedBytes    int64
-	DeletedSegments   int64
+	TruncatedBytes    int64 // see RecoveredSegments
+	// DeletedSegments counts the segments deleted (retention,
+	// DeleteRecordsBefore, truncation).
+	DeletedSegments int64
 	// Producers is the number of idempotent producer ids tracked;
 	// Snapshots the number of producer-state snapshot files; and
 	// SnapshotsWritten and SnapshotWriteTime count the snapshots written
 	// (in the background at roll, and at Close) and the time that took.
 	Producers         int
-	Snapshots         int
-	SnapshotsWritten  int64
-	SnapshotWriteTime time.Duration
-	// Failed is true after a failed fsync (see ErrSyncFailed).
+	Snapshots         int           // see Producers
+	SnapshotsWritten  int64         // see Producers
+	SnapshotWriteTime time.Duration // see Producers
+	// Failed is true once the log refuses writes until reopened: after a
+	// failed fsync or another failed write to durable state (see
+	// ErrSyncFailed).
 	Failed bool
 }
 

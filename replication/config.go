@@ -11,9 +11,13 @@ type Acks int8
 
 // Acks values.
 const (
-	AcksNone   Acks = 0  // return once appended; the client does not wait (Kafka acks=0)
-	AcksLeader Acks = 1  // return once appended on the leader
-	AcksAll    Acks = -1 // return once the high watermark passed the batch
+	// AcksNone returns once appended; the client does not wait (Kafka
+	// acks=0).
+	AcksNone Acks = 0
+	// AcksLeader returns once appended on the leader.
+	AcksLeader Acks = 1
+	// AcksAll returns once the high watermark passed the batch.
+	AcksAll Acks = -1
 )
 
 // Config configures a Node or Replicator. Zero fields get defaults.

@@ -116,7 +116,11 @@ func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp)
 // pass a ctx with a deadline. Retries of an idempotent producer's
 // batches return the original offsets. Acks other than AcksNone,
 // AcksLeader and AcksAll fail with ErrInvalidAcks, and a Produce after
-// Close fails with ErrClosed; neither appends anything.
+// Close fails with ErrClosed; neither appends anything. An append the log
+// refuses returns the log's error (log.ErrOutOfOrderSequence,
+// log.ErrCorrupt...), wrapped in ErrStorage when the log has failed
+// (log.ErrSyncFailed), as is a failed fsync of the leader's log with
+// AcksAll.
 func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, error) {
 	if r.ctx.Err() != nil {
 		return log.AppendInfo{}, ErrClosed

@@ -34,10 +34,16 @@ type Stats struct {
 // PartitionStats describes one partition hosted by a node.
 type PartitionStats struct {
 	TopicPartition
-	Role   Role
-	Epoch  int32 // the current leader epoch
-	Leader int32 // the leader's replica id (this node's when leading), -1 unknown
+	// Role is the partition's role on this node.
+	Role Role
+	// Epoch is the current leader epoch.
+	Epoch int32
+	// Leader is the leader's replica id (this node's when leading), -1
+	// when unknown.
+	Leader int32
 
+	// LogStartOffset, LogEndOffset and HighWatermark are this node's
+	// log's.
 	LogStartOffset, LogEndOffset, HighWatermark int64
 
 	// Leader only: the assignment, the in-sync replicas (this node
@@ -58,6 +64,7 @@ type PartitionStats struct {
 
 // FollowerStats is what a leader knows of one follower of a partition.
 type FollowerStats struct {
+	// ReplicaID is the follower's node id.
 	ReplicaID int32
 	// LogEndOffset is the follower's log end: the offset of its last
 	// fetch (-1 before the first fetch at this epoch).
@@ -69,7 +76,8 @@ type FollowerStats struct {
 	// fetched the leader's log end (its ISR membership runs out
 	// ReplicaLagTime after LastCaughtUp).
 	LastFetch, LastCaughtUp time.Time
-	InSync                  bool
+	// InSync says the follower is in the ISR.
+	InSync bool
 }
 
 // Stats returns a snapshot of the node for the time now.

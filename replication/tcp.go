@@ -20,11 +20,11 @@ import (
 
 // Defaults of TCPOptions.
 const (
-	DefaultDialTimeout     = 10 * time.Second
-	DefaultRequestTimeout  = 30 * time.Second
-	DefaultIdleTimeout     = 5 * time.Minute
-	DefaultMaxIdleConns    = 2
-	DefaultMaxRequestBytes = 4 << 20
+	DefaultDialTimeout     = 10 * time.Second // DefaultDialTimeout: TCPOptions.DialTimeout
+	DefaultRequestTimeout  = 30 * time.Second // DefaultRequestTimeout: TCPOptions.RequestTimeout
+	DefaultIdleTimeout     = 5 * time.Minute  // DefaultIdleTimeout: TCPOptions.IdleTimeout
+	DefaultMaxIdleConns    = 2                // DefaultMaxIdleConns: TCPOptions.MaxIdleConns
+	DefaultMaxRequestBytes = 4 << 20          // DefaultMaxRequestBytes: TCPOptions.MaxRequestBytes
 )
 
 // TCPOptions configures NewTCPTransport and NewTCPServer; each uses the
@@ -55,9 +55,9 @@ type TCPOptions struct {
 	// MaxRequestBytes is the largest fetch request frame, its header
 	// included, that a server reads and a transport sends (default
 	// DefaultMaxRequestBytes, or MaxFrameBytes when that is smaller; at
-	// least 4 KiB and at most MaxFrameBytes). A request takes 22 bytes
-	// plus its topic name per partition: 4 MiB holds 80,000 partitions of
-	// 28-byte topic names. A server refuses a larger request from its
+	// least 4 KiB and at most MaxFrameBytes). A request takes 30 bytes
+	// plus its topic name per partition: 4 MiB holds about 72,000
+	// partitions of 28-byte topic names. A server refuses a larger request from its
 	// header, before allocating anything for its body: it answers with an
 	// error frame (ErrFrameTooLarge), reads and discards the body (at most
 	// 16 MiB, within RequestTimeout) so that the peer gets that answer

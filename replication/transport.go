@@ -14,5 +14,7 @@ type Transport interface {
 // FetchHandler serves fetches on the leader side; Replicator implements
 // it. A TCP server or in-memory network calls it for each request.
 type FetchHandler interface {
+	// HandleFetch answers req, holding it (within ctx) while there is
+	// nothing to send, up to its MaxWaitMs.
 	HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error)
 }

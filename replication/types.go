@@ -9,44 +9,68 @@ import (
 
 // TopicPartition names a partition.
 type TopicPartition struct {
-	Topic     string
+	// Topic is the topic's name.
+	Topic string
+	// Partition is the partition's number within the topic.
 	Partition int32
 }
 
 // String renders tp as Kafka does: topic-partition.
 func (tp TopicPartition) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
 
-// Errors returned by the Replicator, and carried in fetch responses as
-// ErrorCodes. Match them with errors.Is.
+// Errors returned by the Replicator and the Node; the first seven are also
+// carried in fetch responses, as ErrorCodes. Match them with errors.Is.
 var (
-	ErrNotLeader          = errors.New("replication: not the leader of the partition")
-	ErrFencedLeaderEpoch  = errors.New("replication: leader epoch is older than the current one")
+	// ErrNotLeader: this node does not lead the partition (Produce, a
+	// fetch), or stopped leading it before an acks=all produce was
+	// acknowledged.
+	ErrNotLeader = errors.New("replication: not the leader of the partition")
+	// ErrFencedLeaderEpoch: a fetch carries an epoch older than the
+	// partition's.
+	ErrFencedLeaderEpoch = errors.New("replication: leader epoch is older than the current one")
+	// ErrUnknownLeaderEpoch: a fetch carries an epoch newer than the
+	// partition's (the leader has not heard of it yet).
 	ErrUnknownLeaderEpoch = errors.New("replication: leader epoch is newer than the current one")
-	ErrOffsetOutOfRange   = errors.New("replication: fetch offset out of range")
-	ErrUnknownPartition   = errors.New("replication: unknown partition")
-	ErrNotReplica         = errors.New("replication: not a replica of the partition")
-	ErrStorage            = errors.New("replication: storage error")
-	ErrNotEnoughReplicas  = errors.New("replication: fewer in-sync replicas than MinInsyncReplicas")
-	ErrStaleEpoch         = errors.New("replication: role change with an epoch older than the current one")
-	ErrClusterMismatch    = errors.New("replication: request from another cluster")
-	ErrClosed             = errors.New("replication: closed")
-	ErrInvalidAssignment  = errors.New("replication: invalid replica assignment")
-	ErrInvalidAcks        = errors.New("replication: acks must be AcksNone (0), AcksLeader (1) or AcksAll (-1)")
+	// ErrOffsetOutOfRange: a fetch offset outside the leader's log.
+	ErrOffsetOutOfRange = errors.New("replication: fetch offset out of range")
+	// ErrUnknownPartition: the partition is not hosted here.
+	ErrUnknownPartition = errors.New("replication: unknown partition")
+	// ErrNotReplica: a fetch from a node that is not in the partition's
+	// replica set.
+	ErrNotReplica = errors.New("replication: not a replica of the partition")
+	// ErrStorage wraps a log error (a failed append, read or fsync).
+	ErrStorage = errors.New("replication: storage error")
+	// ErrNotEnoughReplicas: an acks=all produce while the ISR is smaller
+	// than MinInsyncReplicas; nothing was appended.
+	ErrNotEnoughReplicas = errors.New("replication: fewer in-sync replicas than MinInsyncReplicas")
+	// ErrStaleEpoch: a role change (BecomeLeader, BecomeFollower) at an
+	// epoch older than the partition's.
+	ErrStaleEpoch = errors.New("replication: role change with an epoch older than the current one")
+	// ErrClusterMismatch: a fetch from a node of another cluster.
+	ErrClusterMismatch = errors.New("replication: request from another cluster")
+	// ErrClosed: the Replicator (or transport) is closed.
+	ErrClosed = errors.New("replication: closed")
+	// ErrInvalidAssignment: a role change with an inconsistent replica
+	// set or ISR.
+	ErrInvalidAssignment = errors.New("replication: invalid replica assignment")
+	// ErrInvalidAcks: Produce with an acks value other than AcksNone,
+	// AcksLeader or AcksAll.
+	ErrInvalidAcks = errors.New("replication: acks must be AcksNone (0), AcksLeader (1) or AcksAll (-1)")
 )
 
 // ErrorCode is a partition error in a fetch response.
 type ErrorCode int16
 
-// Error codes; each maps to one of the sentinel errors.
+// Error codes; each maps to one of the sentinel errors (ErrorCode.Err).
 const (
-	CodeNone ErrorCode = iota
-	CodeNotLeader
-	CodeFencedLeaderEpoch
-	CodeUnknownLeaderEpoch
-	CodeOffsetOutOfRange
-	CodeUnknownPartition
-	CodeNotReplica
-	CodeStorage
+	CodeNone               ErrorCode = iota // CodeNone: no error
+	CodeNotLeader                           // CodeNotLeader: ErrNotLeader
+	CodeFencedLeaderEpoch                   // CodeFencedLeaderEpoch: ErrFencedLeaderEpoch
+	CodeUnknownLeaderEpoch                  // CodeUnknownLeaderEpoch: ErrUnknownLeaderEpoch
+	CodeOffsetOutOfRange                    // CodeOffsetOutOfRange: ErrOffsetOutOfRange
+	CodeUnknownPartition                    // CodeUnknownPartition: ErrUnknownPartition
+	CodeNotReplica                          // CodeNotReplica: ErrNotReplica
+	CodeStorage                             // CodeStorage: ErrStorage
 )
 
 var codeErrors = [...]error{nil, ErrNotLeader, ErrFencedLeaderEpoch, ErrUnknownLeaderEpoch,
@@ -63,14 +87,19 @@ func (c ErrorCode) Err() error {
 // FetchRequest is what a follower sends its leader: for each partition it
 // follows there, where its log ends and the epoch of its last batch.
 type FetchRequest struct {
+	// ClusterID must be the leader's (Config.ClusterID).
 	ClusterID string
+	// ReplicaID is the follower's node id.
 	ReplicaID int32
 	// MaxBytes bounds the records in the whole response (at least one
 	// batch is always returned for the first partition with data).
 	MaxBytes int32
 	// MaxWaitMs is how long the leader may hold the request when it has
-	// no data (long poll); 0 answers at once.
-	MaxWaitMs  int32
+	// no data (long poll), at most the leader's own Config.FetchMaxWait;
+	// 0 answers at once.
+	MaxWaitMs int32
+	// Partitions are the partitions the follower fetches from this
+	// leader, in the order it walks them.
 	Partitions []FetchPartition
 
 	// seq numbers the requests a Node builds (BuildFetch), from 1; it
@@ -100,30 +129,41 @@ type FetchPartition struct {
 // EpochEndOffset is a diverging epoch: the largest epoch of the leader at
 // or below the follower's last fetched epoch, and where it ends.
 type EpochEndOffset struct {
-	Epoch     int32
+	// Epoch is the leader's epoch.
+	Epoch int32
+	// EndOffset is where Epoch ends in the leader's log (the start of
+	// the next epoch, or the log end).
 	EndOffset int64
 }
 
 // FetchResponse answers a FetchRequest, partition by partition in the
 // request's order.
 type FetchResponse struct {
+	// Partitions answer the request's partitions, one each, in order.
 	Partitions []FetchPartitionResponse
 }
 
 // FetchPartitionResponse is one partition of a FetchResponse.
 type FetchPartitionResponse struct {
 	TopicPartition
-	Error          ErrorCode
-	HighWatermark  int64
+	// Error is CodeNone, or why there are no records.
+	Error ErrorCode
+	// HighWatermark is the leader's high watermark (-1 with an error
+	// that leaves it unknown).
+	HighWatermark int64
+	// LogStartOffset is the leader's log start offset (-1 if unknown).
 	LogStartOffset int64
-	LogEndOffset   int64
+	// LogEndOffset is the leader's log end offset (-1 if unknown).
+	LogEndOffset int64
 	// Diverging is set when the follower's log diverges from the leader's:
 	// it must truncate (see the package documentation) before fetching on.
 	Diverging *EpochEndOffset
 	// Records are whole batches from FetchOffset on. On the leader side
 	// they may instead be described by Region (zero-copy, until sent).
 	Records []byte
-	Region  log.Region
+	// Region describes the records in the leader's segment file, when
+	// Records is nil (see Materialize).
+	Region log.Region
 }
 
 // Materialize replaces every Region by its bytes, as an in-memory
