@@ -13,8 +13,8 @@ type BatchOptions struct {
 	// producer's batch; NoProducerID, NoProducerEpoch, NoSequence when
 	// absent.
 	ProducerID    int64
-	ProducerEpoch int16
-	BaseSequence  int32
+	ProducerEpoch int16 // see ProducerID
+	BaseSequence  int32 // see ProducerID
 	// Attributes other than the codec (transactional, control,
 	// LogAppendTime).
 	Attributes int16

@@ -13,7 +13,9 @@ const leaderEpochFile = "leader-epoch-checkpoint"
 // EpochEntry says that leader epoch Epoch wrote the log from StartOffset
 // on (until the next entry's StartOffset).
 type EpochEntry struct {
-	Epoch       int32
+	// Epoch is the leader epoch.
+	Epoch int32
+	// StartOffset is the first offset written in Epoch.
 	StartOffset int64
 }
 

@@ -408,10 +408,14 @@ func (m *Manager) removeLog(name string) (gone bool, err error) {
 
 // ManagerStats is a snapshot of a Manager.
 type ManagerStats struct {
-	Logs      int   // logs open in the Manager
-	OpenFiles int   // segment files open in the shared cache
-	FileOpens int64 // segment file opens so far (cache misses)
-	Bytes     int64 // sum of all logs' sizes
+	// Logs is the number of logs open in the Manager.
+	Logs int
+	// OpenFiles is the number of segment files open in the shared cache.
+	OpenFiles int
+	// FileOpens counts segment file opens so far (cache misses).
+	FileOpens int64
+	// Bytes is the sum of all logs' sizes.
+	Bytes int64
 	// QueueLength is how many logs wait for a background worker.
 	QueueLength int
 }

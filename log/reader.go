@@ -22,8 +22,10 @@ var ErrTruncated = errors.New("replog/log: log truncated below the reader's posi
 // log start offset (retention or DeleteRecordsBefore deleted it). It
 // wraps ErrOffsetOutOfRange.
 type OutOfRangeError struct {
-	Offset         int64 // the reader's position
-	LogStartOffset int64 // where the log now starts
+	// Offset is the reader's position.
+	Offset int64
+	// LogStartOffset is where the log now starts.
+	LogStartOffset int64
 }
 
 // Error describes the offset and the log start offset.

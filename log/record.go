@@ -12,7 +12,9 @@ const minRecordSize = 7
 
 // Header is a record header. Key and Value alias the batch bytes.
 type Header struct {
-	Key   []byte
+	// Key is the header's key.
+	Key []byte
+	// Value is the header's value, nil when absent (length -1).
 	Value []byte
 }
 
@@ -24,9 +26,11 @@ type Record struct {
 	Offset int64
 	// Timestamp is the absolute timestamp (batch base timestamp + delta),
 	// or the batch's max timestamp for LogAppendTime batches.
-	Timestamp   int64
+	Timestamp int64
+	// OffsetDelta is the record's offset relative to the batch's base.
 	OffsetDelta int32
-	Attributes  int8
+	// Attributes is the record's attribute byte (unused by Kafka: 0).
+	Attributes int8
 	// Key and Value are nil when absent (length -1).
 	Key, Value []byte
 	// Headers is reused by the iterator; copy it to keep it.

@@ -1,7 +1,7 @@
 // Command kafkabroker is a single-node Kafka broker on top of replog's logs,
 // for unmodified Kafka clients. See README.md.
 //
-//	go run . [-listen 127.0.0.1:9092] [-data DIR] [-partitions N]
+//	go run . [-listen 127.0.0.1:9092] [-data DIR] [-partitions N] [-v]
 package main
 
 import (

@@ -65,7 +65,9 @@ func (q *Queue) Enqueue(jobs ...[]byte) error {
 
 // Job is one job and its offset in the queue.
 type Job struct {
-	Offset  int64
+	// Offset is the job's offset in the queue's log.
+	Offset int64
+	// Payload is the job's content, a copy the caller keeps.
 	Payload []byte
 }
 

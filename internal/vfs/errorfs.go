@@ -78,7 +78,8 @@ type Op struct {
 	// Index counts the ErrorFS's operations from 0, from its creation or
 	// last Reset.
 	Index int64
-	Kind  OpKind
+	// Kind is the operation's kind.
+	Kind OpKind
 	// Path is the name operated on: the file's opened name for File
 	// methods, the old name for Rename.
 	Path string
@@ -107,6 +108,7 @@ type Fault struct {
 // Injector decides which operations of an ErrorFS fail. Inject is called
 // before each operation, possibly from several goroutines at once.
 type Injector interface {
+	// Inject returns the verdict on op: the zero Fault lets it run.
 	Inject(op Op) Fault
 }
 
