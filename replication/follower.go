@@ -7,6 +7,14 @@ import (
 	"github.com/replog/replog/log"
 )
 
+// waitMillis is d in whole milliseconds for FetchRequest.MaxWaitMs,
+// rounded up (a wait under 1 ms must not become 0, which answers at once
+// and turns an idle follower's long poll into a busy loop) and capped at
+// MaxInt32.
+func waitMillis(d time.Duration) int32 {
+	return int32(min((d+time.Millisecond-1)/time.Millisecond, math.MaxInt32))
+}
+
 // BuildFetch returns the next fetch request to send to leader, with this
 // node's partitions followed there in their fair order (partitions that
 // received data last are at the end), or nil if there is none to fetch
@@ -17,7 +25,7 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 		return nil
 	}
 	req := &FetchRequest{ClusterID: n.cfg.ClusterID, ReplicaID: n.id, MaxBytes: n.cfg.FetchMaxBytes,
-		MaxWaitMs: int32(n.cfg.FetchMaxWait / time.Millisecond), seq: n.fetchSeq.Add(1)}
+		MaxWaitMs: waitMillis(n.cfg.FetchMaxWait), seq: n.fetchSeq.Add(1)}
 	for _, p := range parts {
 		tp := p.tp
 		p.mu.Lock()

@@ -84,9 +84,9 @@ func (n *Node) countServed(resp *FetchResponse) {
 		if p == nil || pr.Error != CodeNone || pr.Diverging != nil {
 			continue
 		}
+		n.stats.servedBytes.Add(pr.Region.Length) // before the partition's: see Stats
 		p.fetches.Add(1)
 		p.fetchBytes.Add(pr.Region.Length)
-		n.stats.servedBytes.Add(pr.Region.Length)
 	}
 }
 

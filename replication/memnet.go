@@ -16,7 +16,9 @@ var ErrUnreachable = errors.New("replication: node unreachable")
 
 // Faults are the in-memory network's seeded misbehaviours.
 type Faults struct {
-	// DropRate is the probability that a request or its response is lost.
+	// DropRate is the probability that a request or its response is lost
+	// (each half of the time): a lost response was handled by the leader,
+	// which counted the fetch, but the follower gets ErrUnreachable.
 	DropRate float64
 	// DuplicateRate is the probability that a request is delivered twice
 	// (the first answer is discarded, as a retransmission would be).
@@ -86,22 +88,37 @@ func (m *MemNetwork) HealAll() {
 	m.mu.Unlock()
 }
 
+// fate is what the network does to one request.
+type fate struct {
+	h                      FetchHandler // nil: unreachable
+	dropRequest, dropReply bool
+	dup                    bool
+	delay                  time.Duration
+}
+
 // plan decides a request's fate under the lock.
-func (m *MemNetwork) plan(from, to int32) (h FetchHandler, drop, dup bool, delay time.Duration) {
+func (m *MemNetwork) plan(from, to int32) fate {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a, b := min(from, to), max(from, to)
-	h = m.handlers[to]
+	h := m.handlers[to]
 	if h == nil || m.split[[2]int32{a, b}] {
-		return nil, true, false, 0
+		return fate{}
 	}
 	f := m.faults
-	drop = f.DropRate > 0 && m.rng.Float64() < f.DropRate
-	dup = f.DuplicateRate > 0 && m.rng.Float64() < f.DuplicateRate
-	if f.MaxDelay > 0 {
-		delay = time.Duration(m.rng.Int64N(int64(f.MaxDelay)))
+	ft := fate{h: h}
+	if f.DropRate > 0 && m.rng.Float64() < f.DropRate {
+		if m.rng.IntN(2) == 0 {
+			ft.dropRequest = true
+		} else {
+			ft.dropReply = true
+		}
 	}
-	return h, drop, dup, delay
+	ft.dup = f.DuplicateRate > 0 && m.rng.Float64() < f.DuplicateRate
+	if f.MaxDelay > 0 {
+		ft.delay = time.Duration(m.rng.Int64N(int64(f.MaxDelay)))
+	}
+	return ft
 }
 
 // Transport returns the Transport node from uses to reach the others.
@@ -113,9 +130,9 @@ type memTransport struct {
 }
 
 func (t memTransport) Fetch(ctx context.Context, leader int32, req *FetchRequest) (*FetchResponse, error) {
-	h, drop, dup, delay := t.m.plan(t.from, leader)
-	if delay > 0 {
-		timer := time.NewTimer(delay)
+	ft := t.m.plan(t.from, leader)
+	if ft.delay > 0 {
+		timer := time.NewTimer(ft.delay)
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
@@ -123,15 +140,20 @@ func (t memTransport) Fetch(ctx context.Context, leader int32, req *FetchRequest
 			return nil, ctx.Err()
 		}
 	}
-	if h == nil || drop {
-		return nil, fmt.Errorf("%w: %d -> %d", ErrUnreachable, t.from, leader)
+	unreachable := fmt.Errorf("%w: %d -> %d", ErrUnreachable, t.from, leader)
+	if ft.h == nil || ft.dropRequest {
+		return nil, unreachable
 	}
-	if dup {
-		if _, err := t.call(ctx, h, req); err != nil {
+	if ft.dup {
+		if _, err := t.call(ctx, ft.h, req); err != nil {
 			return nil, err
 		}
 	}
-	return t.call(ctx, h, req)
+	resp, err := t.call(ctx, ft.h, req)
+	if err == nil && ft.dropReply {
+		return nil, unreachable
+	}
+	return resp, err
 }
 
 func (t memTransport) call(ctx context.Context, h FetchHandler, req *FetchRequest) (*FetchResponse, error) {

@@ -37,6 +37,9 @@ type Replicator struct {
 
 // New returns a Replicator for node cfg.ReplicaID that fetches through t.
 func New(cfg Config, t Transport) (*Replicator, error) {
+	if t == nil {
+		return nil, errors.New("replication: New needs a Transport")
+	}
 	node, err := NewNode(cfg)
 	if err != nil {
 		return nil, err

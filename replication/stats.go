@@ -10,7 +10,9 @@ import (
 // Stats is a snapshot of a Node: every partition it hosts and its
 // counters since NewNode. Counters only grow, so a rate (fetches or bytes
 // per second) is the difference between two snapshots divided by the
-// difference of their At.
+// difference of their At. Each partition is read under its lock, then the
+// node's totals: a fetch or response being counted meanwhile may show in
+// one and not yet in the other.
 type Stats struct {
 	// At is the time the snapshot was taken for (the now passed to
 	// Node.Stats; Replicator.Stats passes Config.Now).
@@ -88,14 +90,15 @@ func (n *Node) Stats(now time.Time) Stats {
 	slices.SortFunc(parts, func(a, b *partition) int {
 		return cmp.Or(cmp.Compare(a.tp.Topic, b.tp.Topic), cmp.Compare(a.tp.Partition, b.tp.Partition))
 	})
-	st := Stats{At: now,
-		FetchesServed: n.stats.fetches.Load(), BytesServed: n.stats.servedBytes.Load(),
-		FetchesApplied: n.stats.responses.Load(), BytesFetched: n.stats.fetchedBytes.Load(),
-		ISRChanges: n.stats.isrChanges.Load(), Truncations: n.stats.truncations.Load(),
-		Partitions: make([]PartitionStats, 0, len(parts))}
+	st := Stats{At: now, Partitions: make([]PartitionStats, 0, len(parts))}
 	for _, p := range parts {
 		st.Partitions = append(st.Partitions, p.stats())
 	}
+	// The totals after the partitions, so that they include, at least,
+	// what the leader side counted in them (it counts the totals first).
+	st.FetchesServed, st.BytesServed = n.stats.fetches.Load(), n.stats.servedBytes.Load()
+	st.FetchesApplied, st.BytesFetched = n.stats.responses.Load(), n.stats.fetchedBytes.Load()
+	st.ISRChanges, st.Truncations = n.stats.isrChanges.Load(), n.stats.truncations.Load()
 	return st
 }
 

@@ -1,0 +1,136 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+	"github.com/replog/replog/log"
+)
+
+// TestMemNetworkDropLosesResponses: Faults.DropRate is documented as
+// "the probability that a request or its response is lost". A lost
+// response is the interesting case for replication (the leader handled
+// the fetch, counted the follower's offset toward the ISR and the high
+// watermark, and the follower never learned the answer); MemNetwork once
+// dropped only requests.
+func TestMemNetworkDropLosesResponses(t *testing.T) {
+	net := NewMemNetwork(42)
+	var handled atomic.Int64
+	net.Register(0, handlerFunc(func(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+		handled.Add(1)
+		return &FetchResponse{}, nil
+	}))
+	net.SetFaults(Faults{DropRate: 0.5})
+	tr := net.Transport(1)
+	var dropped, delivered int64
+	for range 2000 {
+		before := handled.Load()
+		_, err := tr.Fetch(context.Background(), 0, &FetchRequest{ClusterID: "c", ReplicaID: 1})
+		switch {
+		case err == nil:
+			delivered++
+		case errors.Is(err, ErrUnreachable):
+			if handled.Load() > before {
+				dropped++ // handled by the leader, the answer lost
+			}
+		default:
+			t.Fatal(err)
+		}
+	}
+	t.Logf("delivered %d, handled %d, responses lost after handling %d", delivered, handled.Load(), dropped)
+	require.Positive(t, dropped, "DropRate never loses a response: the leader never handles a dropped fetch")
+}
+
+// TestSubMillisecondFetchMaxWaitLongPolls: a FetchMaxWait below a
+// millisecond is accepted by the config (explicitly, or derived as half of
+// a ReplicaLagTime below 2 ms); the request carried it as 0 whole
+// milliseconds, so the leader never held the fetch and an idle follower
+// fetched in a hot loop (15,000 fetches in 200 ms). It is rounded up now.
+func TestSubMillisecondFetchMaxWaitLongPolls(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"FetchMaxWait 900us", Config{FetchMaxWait: 900 * time.Microsecond}},
+		{"ReplicaLagTime 1.5ms", Config{ReplicaLagTime: 1500 * time.Microsecond}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			netw := NewMemNetwork(1)
+			var reps []*Replicator
+			for id := int32(0); id < 2; id++ {
+				l, err := log.Open(t.TempDir(), log.Options{})
+				require.NoError(t, err)
+				cfg := c.cfg
+				cfg.ReplicaID, cfg.ClusterID = id, "c"
+				r, err := New(cfg, netw.Transport(id))
+				if err != nil {
+					require.NoError(t, l.Close())
+					t.Skipf("refused (acceptable fix): %v", err)
+				}
+				netw.Register(id, r)
+				require.NoError(t, r.AddPartition(ntp, l))
+				t.Cleanup(func() { require.NoError(t, r.Close()); require.NoError(t, l.Close()) })
+				reps = append(reps, r)
+			}
+			both := []int32{0, 1}
+			require.NoError(t, reps[0].BecomeLeader(ntp, 1, both, both))
+			require.NoError(t, reps[1].BecomeFollower(ntp, 1, 0))
+			const window = 200 * time.Millisecond
+			time.Sleep(window)
+			served := reps[0].Stats().FetchesServed
+			t.Logf("fetches served on an idle partition in %v: %d", window, served)
+			// Long polls of about 1 ms would be at most ~200 in 200 ms.
+			require.LessOrEqual(t, served, int64(400), "the follower fetches in a hot loop: MaxWaitMs was rounded down to 0")
+		})
+	}
+}
+
+// TestStatsNodeTotalsIncludeThePartitions: Stats read the node's
+// counters first and then each partition under its lock, and a fetch was
+// counted on its partitions before the node's byte total. A fetch served
+// while Stats waited for one partition's lock was then in the snapshot's
+// partition figures but not in its totals: FetchesServed 0 and
+// BytesServed 0 next to a partition that served a fetch and its bytes.
+// Deterministic: the test holds partition a's lock while Stats waits for
+// it, and a fetch of partition b is served meanwhile.
+func TestStatsNodeTotalsIncludeThePartitions(t *testing.T) {
+	n, err := NewNode(Config{ReplicaID: 0, ClusterID: "c"})
+	require.NoError(t, err)
+	a, b := TopicPartition{Topic: "a"}, TopicPartition{Topic: "b"}
+	for _, tp := range []TopicPartition{a, b} {
+		l, err := log.Open("/"+tp.String(), log.Options{FS: vfs.NewMem()})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, l.Close()) })
+		require.NoError(t, n.AddPartition(tp, l))
+		require.NoError(t, n.BecomeLeader(tp, 1, []int32{0, 1}, []int32{0}, ntime))
+	}
+	_, _, _, err = n.appendAsLeader(b, testBatch(t, "b0"), AcksLeader)
+	require.NoError(t, err)
+
+	pa := n.partition(a)
+	pa.mu.Lock()
+	done := make(chan Stats, 1)
+	go func() { done <- n.Stats(ntime) }()
+	awaitGoroutineIn(t, "replication.(*partition).stats(") // node counters read, waiting for a
+	resp, err := n.HandleFetch(&FetchRequest{ClusterID: "c", ReplicaID: 1, MaxBytes: 1 << 20,
+		Partitions: []FetchPartition{{TopicPartition: b, CurrentLeaderEpoch: 1, LastFetchedEpoch: log.NoLeaderEpoch}}}, ntime)
+	require.NoError(t, err)
+	require.Positive(t, resp.Partitions[0].Region.Length)
+	pa.mu.Unlock()
+	st := <-done
+
+	var fetches, bytes int64
+	for _, ps := range st.Partitions {
+		fetches += ps.Fetches
+		bytes += ps.Bytes
+	}
+	t.Logf("snapshot: FetchesServed %d BytesServed %d; partitions: fetches %d bytes %d", st.FetchesServed, st.BytesServed, fetches, bytes)
+	require.GreaterOrEqual(t, st.BytesServed, bytes, "the node's bytes served are below the sum of its partitions' in one snapshot")
+	require.GreaterOrEqual(t, st.FetchesServed, min(fetches, 1), "a partition served a fetch the node's count lacks")
+}
