@@ -12,7 +12,7 @@
 //	00000000000000524288.log        next segment, first offset 524288
 //	recovery-point                  checkpoint: offsets below are fsynced
 //	log-start-offset                checkpoint: first readable offset
-//	high-watermark                  checkpoint: high watermark at Close
+//	high-watermark                  checkpoint: high watermark at Close (used after a clean Close only)
 //	clean-shutdown                  marker written by Close, removed by Open
 //	00000000000000524288.snapshot   producer state as of offset 524288
 //	leader-epoch-checkpoint         which leader epoch wrote which offsets

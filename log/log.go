@@ -293,7 +293,12 @@ func (l *Log) cleanShutdown() error {
 	if err := l.syncData(); err != nil {
 		return l.fail(err)
 	}
-	act.timeIdx.maybeAppend(act.maxTS.Load(), act.relOfMaxTS)
+	if ts := act.maxTS.Load(); ts != NoTimestamp {
+		// The final entry, as at a roll; an empty segment gets none (an
+		// entry at its base would be past the log end, and make the next
+		// Open distrust the clean-shutdown marker).
+		act.timeIdx.maybeAppend(ts, act.relOfMaxTS)
+	}
 	for _, s := range l.segments() {
 		if err := s.flushIndexes(true); err != nil {
 			return l.fail(err)

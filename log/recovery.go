@@ -125,7 +125,11 @@ func (l *Log) recoverOrTrust(cp loadCheckpoints, fresh bool) (clean bool, err er
 // from the loaded segments and the checkpointed logStart, restarting the
 // log empty at logStart if it lies past the log end, and, if clean, the
 // recovery point and durable offset at the log end. It returns the log
-// end offset.
+// end offset. The high watermark checkpointed by the last clean Close is
+// used only after a clean shutdown: since then a truncation may have
+// lowered the high watermark and new, uncommitted records taken the
+// offsets below the old one; after a crash it restarts at the log start
+// (replication raises it again as followers fetch, as for a new leader).
 func (l *Log) setLoadedOffsets(logStart int64, clean bool) (int64, error) {
 	segs := l.segments()
 	if end := segs[len(segs)-1].next.Load(); logStart > end {
@@ -140,7 +144,11 @@ func (l *Log) setLoadedOffsets(logStart int64, clean bool) (int64, error) {
 	leo := act.next.Load()
 	l.leo.Store(leo)
 	l.logStart.Store(min(max(logStart, segs[0].base), leo))
-	l.hw.Store(min(max(l.readHighWatermark(), l.logStart.Load()), leo))
+	hw := l.logStart.Load()
+	if clean {
+		hw = min(max(l.readHighWatermark(), hw), leo)
+	}
+	l.hw.Store(hw)
 	if clean {
 		l.recoveryPt.Store(leo)
 		l.sync.durable = leo
