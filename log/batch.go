@@ -109,6 +109,10 @@ func (b Batch) MaxTimestamp() int64 { return b.i64(offMaxTimestamp) }
 // ProducerID is the idempotent producer id, or NoProducerID.
 func (b Batch) ProducerID() int64 { return b.i64(offProducerID) }
 
+// hasProducer reports whether the batch carries a producer id: any
+// negative id means none, as in Kafka (hasProducerId is id > -1).
+func (b Batch) hasProducer() bool { return b.ProducerID() >= 0 }
+
 // ProducerEpoch is the producer epoch, or NoProducerEpoch.
 func (b Batch) ProducerEpoch() int16 { return b.i16(offProducerEpoch) }
 
@@ -202,9 +206,11 @@ func (b Batch) validateHeader(crc bool) error {
 }
 
 // Validate checks the header (ValidateHeader) and, for uncompressed
-// batches, every record: lengths, varint bounds, offset deltas 0..n-1,
-// no bytes left after the last record. Compressed bodies are checked
-// when their records are iterated.
+// batches, every record: lengths, varint bounds, offset deltas that
+// increase within [0, LastOffsetDelta] (0..n-1 but where Kafka's
+// compaction removed records; a leader append requires 0..n-1), no bytes
+// left after the last record. Compressed bodies are checked when their
+// records are iterated.
 func (b Batch) Validate() error {
 	_, err := b.validate()
 	return err
@@ -220,12 +226,8 @@ func (b Batch) validate() (maxTSDelta int64, err error) {
 	if b.CodecID() != 0 {
 		return math.MinInt64, nil
 	}
-	n := b.RecordCount()
-	if maxTSDelta, err = checkRecords(b.RecordsBody(), n); err != nil {
+	if maxTSDelta, err = checkRecords(b.RecordsBody(), b.RecordCount(), b.LastOffsetDelta()); err != nil {
 		return 0, err
-	}
-	if n > 0 && b.LastOffsetDelta() != n-1 {
-		return 0, fmt.Errorf("%w: last offset delta %d with %d records", ErrCorrupt, b.LastOffsetDelta(), n)
 	}
 	return maxTSDelta, nil
 }
@@ -247,7 +249,7 @@ func (b Batch) checkLeaderRules() error {
 	if delta != count-1 {
 		return fmt.Errorf("%w: last offset delta %d with %d records", ErrInvalidRecord, delta, count)
 	}
-	if pid := b.ProducerID(); pid != NoProducerID && (b.ProducerEpoch() < 0 || !b.IsControl() && b.BaseSequence() < 0) {
+	if pid := b.ProducerID(); b.hasProducer() && (b.ProducerEpoch() < 0 || !b.IsControl() && b.BaseSequence() < 0) {
 		return fmt.Errorf("%w: producer id %d with sequence %d and epoch %d", ErrInvalidRecord, pid, b.BaseSequence(), b.ProducerEpoch())
 	}
 	return nil
@@ -260,8 +262,12 @@ func (b Batch) checkLeaderRules() error {
 // record; a smaller one, or -1, would hide the batch from them and from
 // time retention. Followers keep what their leader wrote: a compacted
 // batch keeps its max timestamp when records go.
+//
+// The batch passed checkLeaderRules, so it holds a record and maxTSDelta is
+// a record's (math.MinInt64, which validate returns for no record, is
+// also a valid delta, and must not skip the check).
 func (b Batch) checkLeaderMaxTimestamp(maxTSDelta int64) error {
-	if b.IsLogAppendTime() || maxTSDelta == math.MinInt64 {
+	if b.IsLogAppendTime() {
 		return nil
 	}
 	// Kafka's max starts at NoTimestamp, so records all before 1970 give -1.

@@ -396,10 +396,10 @@ func TestBatchValidateRejects(t *testing.T) {
 			h.lastOffsetDelta = 0
 			return rawBatch(h, twoRecs)
 		}, byHeader},
-		{"last offset delta above count-1", func() []byte {
+		{"record offset deltas not increasing", func() []byte {
 			h := header(2)
-			h.lastOffsetDelta = 5
-			return rawBatch(h, twoRecs)
+			h.lastOffsetDelta = 3
+			return rawBatch(h, append(okRec(1), okRec(1)...))
 		}, byValidate},
 		{"count larger than the bytes allow", func() []byte {
 			h := header(1000)
@@ -420,10 +420,10 @@ func TestBatchValidateRejects(t *testing.T) {
 			h.attributes = 5
 			return rawBatch(h, twoRecs)
 		}, byHeader},
-		{"record offset deltas not dense", func() []byte {
+		{"record offset delta past the last offset delta", func() []byte {
 			h := header(2)
 			h.lastOffsetDelta = 2
-			return rawBatch(h, append(okRec(0), okRec(2)...))
+			return rawBatch(h, append(okRec(0), okRec(3)...))
 		}, byValidate},
 		{"record offset delta negative", func() []byte {
 			return rawBatch(header(1), okRec(-1))

@@ -117,7 +117,7 @@ func (s *leaderScratch) checkCompressed(b Batch) (maxTSDelta int64, err error) {
 		}
 		return 0, fmt.Errorf("%w: compressed batch (codec %d): %w", kind, b.CodecID(), err)
 	}
-	if maxTSDelta, err = checkRecords(s.buf, b.RecordCount()); err != nil {
+	if maxTSDelta, err = checkRecords(s.buf, b.RecordCount(), b.LastOffsetDelta()); err != nil {
 		return 0, fmt.Errorf("compressed batch (codec %d): %w", b.CodecID(), err)
 	}
 	return maxTSDelta, nil

@@ -175,7 +175,7 @@ func (ps *producerState) discard() { ps.staged = ps.staged[:0] }
 // epochs and sequences when check is set (leader appends).
 func (ps *producerState) update(b Batch, check bool) error {
 	pid := b.ProducerID()
-	if pid == NoProducerID {
+	if !b.hasProducer() {
 		return nil
 	}
 	e := ps.stage(pid)
@@ -245,7 +245,7 @@ func (ps *producerState) findDuplicates(batches []byte) (AppendInfo, bool, error
 		b, r, _ := SplitBatch(rest)
 		rest = r
 		e := ps.get(b.ProducerID())
-		if b.ProducerID() == NoProducerID || e == nil || b.IsControl() {
+		if !b.hasProducer() || e == nil || b.IsControl() {
 			continue
 		}
 		m, ok := e.duplicateOf(b)

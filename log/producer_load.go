@@ -88,7 +88,7 @@ func (l *Log) replayProducers(from, end int64) error {
 			if b.BaseOffset() >= end {
 				break
 			}
-			if b.LastOffset() < from || b.ProducerID() == NoProducerID {
+			if b.LastOffset() < from || !b.hasProducer() {
 				continue
 			}
 			_ = l.producers.update(b, false)

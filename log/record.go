@@ -215,12 +215,15 @@ func (it *RecordIterator) decode() error {
 // checkRecords validates an uncompressed records body the way a
 // RecordIterator walk does, without decoding into a Record: each record's
 // framing, varint bounds, key, value and header lengths, offset deltas
-// 0..count-1, and no bytes after the last record. It accepts exactly the
-// bodies that walk accepts (FuzzBatchDecode checks that), at a fraction
-// of the cost, which matters on the append path. It returns the largest
-// timestamp delta of the records (math.MinInt64 for none).
-func checkRecords(body []byte, count int32) (maxTSDelta int64, err error) {
+// that increase within [0, lastDelta] (0..count-1 when lastDelta is
+// count-1; Kafka's compaction leaves gaps), and no bytes after the last
+// record. It accepts exactly the bodies that walk accepts with that
+// delta rule (FuzzBatchDecode checks that), at a fraction of the cost,
+// which matters on the append path. It returns the largest timestamp
+// delta of the records (math.MinInt64 for none).
+func checkRecords(body []byte, count, lastDelta int32) (maxTSDelta int64, err error) {
 	maxTSDelta = math.MinInt64
+	prev := int64(-1)
 	for i := int32(0); i < count; i++ {
 		length, n := varintShort(body, 0)
 		if n < 0 || length < minRecordSize-1 || length > int64(len(body)-n) {
@@ -232,12 +235,16 @@ func checkRecords(body []byte, count int32) (maxTSDelta int64, err error) {
 			}
 		}
 		r := body[n : n+int(length)]
-		tsDelta, ok := recordLooksValid(r, i)
+		tsDelta, od, ok := recordLooksValid(r)
 		if !ok {
-			if tsDelta, err = checkRecord(r, i); err != nil {
+			if tsDelta, od, err = checkRecord(r); err != nil {
 				return 0, err
 			}
 		}
+		if od <= prev || od > int64(lastDelta) {
+			return 0, fmt.Errorf("%w: record %d has offset delta %d (previous %d, last offset delta %d)", ErrCorrupt, i, od, prev, lastDelta)
+		}
+		prev = od
 		maxTSDelta = max(maxTSDelta, tsDelta)
 		body = body[n+int(length):]
 	}
@@ -249,21 +256,18 @@ func checkRecords(body []byte, count int32) (maxTSDelta int64, err error) {
 
 // recordLooksValid is checkRecord's fast path, for records whose
 // varints all take one or two bytes (most do): ok means valid, with its
-// timestamp delta; false means checkRecord must decide. varintShort is
-// inlined.
-func recordLooksValid(r []byte, delta int32) (tsDelta int64, ok bool) {
+// timestamp and offset deltas; false means checkRecord must decide.
+// varintShort is inlined.
+func recordLooksValid(r []byte) (tsDelta, offsetDelta int64, ok bool) {
 	tsDelta, p := varintShort(r, 1) // after the attributes
 	od, p := varintShort(r, p)
-	if od != int64(delta) {
-		return 0, false
-	}
 	p = skipShort(r, p, 2, -1) // key and value, nullable
 	hc, p := varintShort(r, p)
 	for ; hc > 0 && p >= 0; hc-- {
 		p = skipShort(r, p, 1, 0)  // header key
 		p = skipShort(r, p, 1, -1) // header value, nullable
 	}
-	return tsDelta, hc == 0 && p == len(r)
+	return tsDelta, od, hc == 0 && p == len(r)
 }
 
 // varintShort decodes a zigzag varint of one or two bytes at r[p:] and
@@ -298,50 +302,48 @@ func skipShort(r []byte, p, n int, minLen int64) int {
 	return p
 }
 
-// checkRecord validates the fields of record number delta (r holds at
-// least minRecordSize-1 bytes, everything after the length varint).
-func checkRecord(r []byte, delta int32) (tsDelta int64, err error) {
+// checkRecord validates the fields of a record (r holds at least
+// minRecordSize-1 bytes, everything after the length varint) and returns
+// its timestamp and offset deltas.
+func checkRecord(r []byte) (tsDelta, offsetDelta int64, err error) {
 	// Skip the attributes byte; read the timestamp delta.
 	p := 1
 	tsDelta, n, err := readVarint(r[p:], 10)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	p += n
 	od, n, err := readVarint(r[p:], 5)
 	if err != nil {
-		return 0, err
-	}
-	if od != int64(delta) {
-		return 0, fmt.Errorf("%w: record %d has offset delta %d", ErrCorrupt, delta, od)
+		return 0, 0, err
 	}
 	p += n
 	if p, err = skipField(r, p, true); err != nil { // key
-		return 0, err
+		return 0, 0, err
 	}
 	if p, err = skipField(r, p, true); err != nil { // value
-		return 0, err
+		return 0, 0, err
 	}
 	hc, n, err := readVarint(r[p:], 5)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	p += n
 	if hc < 0 || hc > int64(len(r)-p)/2 {
-		return 0, fmt.Errorf("%w: header count %d with %d bytes left", ErrCorrupt, hc, len(r)-p)
+		return 0, 0, fmt.Errorf("%w: header count %d with %d bytes left", ErrCorrupt, hc, len(r)-p)
 	}
 	for range hc {
 		if p, err = skipField(r, p, false); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if p, err = skipField(r, p, true); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if p != len(r) {
-		return 0, fmt.Errorf("%w: %d bytes left inside record", ErrCorrupt, len(r)-p)
+		return 0, 0, fmt.Errorf("%w: %d bytes left inside record", ErrCorrupt, len(r)-p)
 	}
-	return tsDelta, nil
+	return tsDelta, od, nil
 }
 
 // skipField skips the length-prefixed bytes at r[p:] and returns the

@@ -152,7 +152,7 @@ func TestCheckRecordsAgreesWithIterator(t *testing.T) {
 		case 3:
 			count += int32(rng.IntN(3)) - 1
 		}
-		checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), body, count)
+		checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), body, count, count-1+int32(rng.IntN(3)))
 	}
 }
 
@@ -202,9 +202,9 @@ func TestCheckRecordsCases(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := checkRecords(c.body, c.count)
+			_, err := checkRecords(c.body, c.count, c.count-1)
 			assert.Equal(t, c.want, err == nil, "checkRecords: %v", err)
-			checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), c.body, c.count)
+			checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), c.body, c.count, c.count-1)
 		})
 	}
 }
