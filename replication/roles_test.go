@@ -195,7 +195,8 @@ func TestBecomeFollowerRacingRoleChanges(t *testing.T) {
 				p.mu.Lock()
 				var wg sync.WaitGroup
 				wg.Go(func() { _ = n.BecomeFollower(ntp, 1, 1) })
-				time.Sleep(10 * time.Millisecond)
+				awaitGoroutineIn(t, "(*Node).BecomeFollower")
+				time.Sleep(10 * time.Millisecond) // at the lock
 				wg.Go(func() {
 					switch other {
 					case "BecomeLeader":
@@ -206,7 +207,8 @@ func TestBecomeFollowerRacingRoleChanges(t *testing.T) {
 						n.StopPartition(ntp)
 					}
 				})
-				time.Sleep(10 * time.Millisecond)
+				awaitGoroutineIn(t, "(*Node)."+other)
+				time.Sleep(10 * time.Millisecond) // at the lock
 				p.mu.Unlock()
 				wg.Wait()
 

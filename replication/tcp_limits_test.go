@@ -199,10 +199,12 @@ func TestTCPServerKeepsLongPolls(t *testing.T) {
 		}
 		return &FetchResponse{}, nil
 	}
-	_, ln := startServer(t, handlerFunc(poll), TCPOptions{IdleTimeout: 50 * time.Millisecond})
+	// Polls of 500 ms against an IdleTimeout of 300: the gaps between them
+	// (10 ms) leave a loaded machine 290 ms of slack.
+	_, ln := startServer(t, handlerFunc(poll), TCPOptions{IdleTimeout: 300 * time.Millisecond})
 	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
-	for i := 0; i < 5; i++ {
-		_, err := tr.Fetch(context.Background(), 0, &FetchRequest{MaxWaitMs: 150})
+	for i := 0; i < 3; i++ {
+		_, err := tr.Fetch(context.Background(), 0, &FetchRequest{MaxWaitMs: 500})
 		require.NoError(t, err)
 		time.Sleep(10 * time.Millisecond) // a follower applying the response
 	}
