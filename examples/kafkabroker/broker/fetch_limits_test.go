@@ -34,10 +34,9 @@ func appendCommitted(t *testing.T, b *Broker, topic string, p int32, batch []byt
 	part.advanceHighWatermark()
 }
 
-// fetchFromZero sends a Fetch v11 for partitions ps of topic from offset 0 and
-// returns the decoded response.
-func fetchFromZero(t *testing.T, rc *rawConn, topic string, ps []int32, maxBytes, partMaxBytes int32) *kmsg.FetchResponse {
-	t.Helper()
+// fetchRequest is a Fetch v11 for partitions ps of topic from offset 0,
+// with MinBytes 1 and no wait.
+func fetchRequest(topic string, ps []int32, maxBytes, partMaxBytes int32) *kmsg.FetchRequest {
 	req := kmsg.NewPtrFetchRequest()
 	req.Version = 11
 	req.MaxBytes = maxBytes
@@ -52,12 +51,24 @@ func fetchFromZero(t *testing.T, rc *rawConn, topic string, ps []int32, maxBytes
 		ft.Partitions = append(ft.Partitions, fp)
 	}
 	req.Topics = append(req.Topics, ft)
+	return req
+}
+
+// fetch sends req on rc and returns the decoded response.
+func fetch(t *testing.T, rc *rawConn, req *kmsg.FetchRequest) *kmsg.FetchResponse {
+	t.Helper()
 	resp := kmsg.NewPtrFetchResponse()
 	resp.Version = req.Version
 	if err := resp.ReadFrom(rc.request(req)); err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
 	return resp
+}
+
+// fetchFromZero fetches partitions ps of topic from offset 0 on rc.
+func fetchFromZero(t *testing.T, rc *rawConn, topic string, ps []int32, maxBytes, partMaxBytes int32) *kmsg.FetchResponse {
+	t.Helper()
+	return fetch(t, rc, fetchRequest(topic, ps, maxBytes, partMaxBytes))
 }
 
 // TestFetchMaxBytesBoundsLaterPartitions: only the first batch of the first
@@ -114,21 +125,9 @@ func TestFetchEpochErrorReportsNoOffsets(t *testing.T) {
 		t.Fatal(code)
 	}
 	appendCommitted(t, b, "epochs", 0, bigBatch(t, 10))
-	req := kmsg.NewPtrFetchRequest()
-	req.Version = 11
-	req.MaxBytes, req.MinBytes = 1<<20, 1
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = "epochs"
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 1<<20, leaderEpoch+1
-	ft.Partitions = append(ft.Partitions, fp)
-	req.Topics = append(req.Topics, ft)
-	resp := kmsg.NewPtrFetchResponse()
-	resp.Version = req.Version
-	if err := resp.ReadFrom(dial(t, b).request(req)); err != nil {
-		t.Fatal(err)
-	}
-	p := resp.Topics[0].Partitions[0]
+	req := fetchRequest("epochs", []int32{0}, 1<<20, 1<<20)
+	req.Topics[0].Partitions[0].CurrentLeaderEpoch = leaderEpoch + 1
+	p := fetch(t, dial(t, b), req).Topics[0].Partitions[0]
 	if p.ErrorCode != errUnknownLeaderEpoch || p.HighWatermark != -1 || p.LogStartOffset != -1 {
 		t.Errorf("error %d, high watermark %d, log start %d; want %d, -1, -1", p.ErrorCode, p.HighWatermark, p.LogStartOffset, errUnknownLeaderEpoch)
 	}
@@ -145,25 +144,11 @@ func TestFetchLongPollBoundedByMaxFetchWait(t *testing.T) {
 	if code := b.createTopic("idle", 1); code != errNone {
 		t.Fatal(code)
 	}
-	req := kmsg.NewPtrFetchRequest()
-	req.Version = 11
-	req.MaxBytes, req.MinBytes, req.MaxWaitMillis = 1<<20, 1, 24*3600*1000
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = "idle"
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.PartitionMaxBytes = 1 << 20
-	ft.Partitions = append(ft.Partitions, fp)
-	req.Topics = append(req.Topics, ft)
+	req := fetchRequest("idle", []int32{0}, 1<<20, 1<<20)
+	req.MaxWaitMillis = 24 * 3600 * 1000
 	rc := dial(t, b)
 	done := make(chan *kmsg.FetchResponse, 1)
-	go func() {
-		resp := kmsg.NewPtrFetchResponse()
-		resp.Version = req.Version
-		if err := resp.ReadFrom(rc.request(req)); err != nil {
-			t.Error(err)
-		}
-		done <- resp
-	}()
+	go func() { done <- fetch(t, rc, req) }()
 	select {
 	case resp := <-done:
 		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != errNone || len(p.RecordBatches) != 0 {

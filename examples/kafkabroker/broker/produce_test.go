@@ -36,13 +36,20 @@ func produceBatch(t *testing.T, rc *rawConn, topic string, pid int64, seq int32,
 	if err != nil {
 		t.Fatal(err)
 	}
+	return produceRecords(t, rc, topic, batch)
+}
+
+// produceRecords sends records to topic/0 with acks=-1 and returns the
+// partition's answer.
+func produceRecords(t *testing.T, rc *rawConn, topic string, records []byte) kmsg.ProduceResponseTopicPartition {
+	t.Helper()
 	req := kmsg.NewPtrProduceRequest()
 	req.Version = 8
 	req.Acks = -1
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic = topic
 	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = batch
+	rp.Records = records
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	resp := kmsg.NewPtrProduceResponse()
@@ -175,21 +182,7 @@ func TestProduceRefusesControlBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := kmsg.NewPtrProduceRequest()
-	req.Version = 8
-	req.Acks = -1
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "ctl"
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = marker
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp := kmsg.NewPtrProduceResponse()
-	resp.Version = 8
-	if err := resp.ReadFrom(dial(t, b).request(req)); err != nil {
-		t.Fatal(err)
-	}
-	if got := resp.Topics[0].Partitions[0].ErrorCode; got != errInvalidRecord {
+	if got := produceRecords(t, dial(t, b), "ctl", marker).ErrorCode; got != errInvalidRecord {
 		t.Errorf("control batch from a client: error %d, want %d (INVALID_RECORD); log end offset now %d",
 			got, errInvalidRecord, b.partition("ctl", 0).log.LogEndOffset())
 	}
