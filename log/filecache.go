@@ -177,6 +177,9 @@ func (cf *cachedFile) acquireFor(write bool) (vfs.File, error) {
 			continue // renamed meanwhile (renameFile): open the new name
 		}
 		cf.refs--
+		if write {
+			cf.writing-- // no write follows (writes stays: dirty until synced)
+		}
 		c.mu.Unlock()
 		return nil, err
 	}
