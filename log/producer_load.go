@@ -8,7 +8,9 @@ import (
 // loadProducerState rebuilds the producer state for a log ending at end:
 // snapshots past end are deleted, the newest valid one at or below end is
 // loaded (corrupt or truncated ones are deleted and the next older one
-// tried), the batches after it are replayed, and the producers idle longer
+// tried), the batches after it (or all the batches on disk, below the log
+// start too, without one) are replayed, the cached batches below the log
+// start dropped as truncateHead does live, and the producers idle longer
 // than ProducerIDExpiration are dropped, as the background check would
 // have dropped them (a reopened log must not bring back an expired
 // producer). Callers hold l.mu or run before the Log is shared.
@@ -21,7 +23,11 @@ func (l *Log) loadProducerState(end int64) error {
 		}
 	}
 	l.producers = newProducerState()
-	from := l.logStart.Load()
+	// From the first batch still on disk, not from the log start: the
+	// batches between them were applied live before the log start passed
+	// them (a marker's epoch among them), and truncateHead then treats
+	// the rebuilt state as it treated the live one.
+	from := l.segments()[0].base
 	snaps := l.snapshots.list()
 	for i := len(snaps) - 1; i >= 0; i-- {
 		data, err := readWholeFile(l.opts.FS, l.snapshotPath(snaps[i]))
@@ -43,10 +49,10 @@ func (l *Log) loadProducerState(end int64) error {
 		from = max(snaps[i], from)
 		break
 	}
-	l.producers.truncateHead(l.logStart.Load())
 	if err := l.replayProducers(from, end); err != nil {
 		return err
 	}
+	l.producers.truncateHead(l.logStart.Load())
 	l.producers.expire(l.expiryCutoff())
 	return nil
 }
