@@ -68,16 +68,14 @@ func readLeaping(l *Log) (logState, error) {
 }
 
 // failNextSegmentWrite returns a filesystem on inner whose next write to
-// the segment file of base, once armed, fails with ENOSPC. The roll may
-// make that segment from the flusher's spare file, whose handle keeps the
-// spare's name (ErrorFS names a File's operations by the name it was
-// opened with).
+// the segment file of base, once armed, fails with ENOSPC, whether the
+// roll made that segment from the flusher's spare file or created it
+// (ErrorFS names an open file by its current name).
 func failNextSegmentWrite(inner vfs.FS, base int64) (*vfs.ErrorFS, *atomic.Bool) {
 	var armed atomic.Bool
 	name := segmentName(base) + logSuffix
 	return vfs.NewErrorFS(inner, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		ours := strings.HasSuffix(op.Path, name) || strings.HasSuffix(op.Path, spareName)
-		if op.Kind == vfs.OpWrite && ours && armed.CompareAndSwap(true, false) {
+		if op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, name) && armed.CompareAndSwap(true, false) {
 			return vfs.Fault{Err: syscall.ENOSPC}
 		}
 		return vfs.Fault{}

@@ -80,8 +80,11 @@ type Op struct {
 	Index int64
 	// Kind is the operation's kind.
 	Kind OpKind
-	// Path is the name operated on: the file's opened name for File
-	// methods, the old name for Rename.
+	// Path is the name operated on: for File methods the file's current
+	// name, which follows an FS.Rename of the file or of a directory
+	// above it, as the kernel's name of an open file does
+	// (/proc/self/fd), though File.Name keeps the opened name as
+	// os.File.Name does; for Rename the old name.
 	Path string
 	// NewPath is the new name for Rename.
 	NewPath string
@@ -216,6 +219,9 @@ type ErrorFS struct {
 	ops      atomic.Int64
 	disabled atomic.Bool
 	inj      atomic.Pointer[injectorBox]
+
+	openMu sync.Mutex
+	open   map[*errorFile]struct{} // open files, renamed with their names
 }
 
 type injectorBox struct{ inj Injector }
@@ -286,7 +292,31 @@ func (e *ErrorFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	if err != nil {
 		return nil, err
 	}
-	return &errorFile{fs: e, f: f}, nil
+	ef := &errorFile{fs: e, f: f}
+	ef.name.Store(&name)
+	e.openMu.Lock()
+	if e.open == nil {
+		e.open = map[*errorFile]struct{}{}
+	}
+	e.open[ef] = struct{}{}
+	e.openMu.Unlock()
+	return ef, nil
+}
+
+// renamed gives the open files named oldname, or under the directory
+// oldname, their names after a rename to newname.
+func (e *ErrorFS) renamed(oldname, newname string) {
+	e.openMu.Lock()
+	defer e.openMu.Unlock()
+	for f := range e.open {
+		switch p := f.path(); {
+		case p == oldname:
+			f.name.Store(&newname)
+		case strings.HasPrefix(p, oldname+"/"):
+			n := newname + p[len(oldname):]
+			f.name.Store(&n)
+		}
+	}
 }
 
 // Remove implements FS.
@@ -310,7 +340,11 @@ func (e *ErrorFS) Rename(oldname, newname string) error {
 	if f := e.check(Op{Kind: OpRename, Path: oldname, NewPath: newname}); f.Err != nil {
 		return &os.LinkError{Op: OpRename.String(), Old: oldname, New: newname, Err: f.Err}
 	}
-	return e.inner.Rename(oldname, newname)
+	if err := e.inner.Rename(oldname, newname); err != nil {
+		return err
+	}
+	e.renamed(oldname, newname)
+	return nil
 }
 
 // MkdirAll implements FS.
@@ -347,22 +381,26 @@ func (e *ErrorFS) SyncDir(dir string) error {
 
 // errorFile wraps a File of the inner FS.
 type errorFile struct {
-	fs *ErrorFS
-	f  File
+	fs   *ErrorFS
+	f    File
+	name atomic.Pointer[string] // current name, for Op.Path
 }
+
+// path is the file's current name.
+func (f *errorFile) path() string { return *f.name.Load() }
 
 var _ File = (*errorFile)(nil)
 
 func (f *errorFile) ReadAt(p []byte, off int64) (int, error) {
-	if flt := f.fs.check(Op{Kind: OpRead, Path: f.f.Name(), Off: off, Len: len(p)}); flt.Err != nil {
-		return 0, &os.PathError{Op: OpRead.String(), Path: f.f.Name(), Err: flt.Err}
+	if flt := f.fs.check(Op{Kind: OpRead, Path: f.path(), Off: off, Len: len(p)}); flt.Err != nil {
+		return 0, &os.PathError{Op: OpRead.String(), Path: f.path(), Err: flt.Err}
 	}
 	return f.f.ReadAt(p, off)
 }
 
 // WriteAt writes p, or on a fault the first Fault.Written bytes of it.
 func (f *errorFile) WriteAt(p []byte, off int64) (int, error) {
-	flt := f.fs.check(Op{Kind: OpWrite, Path: f.f.Name(), Off: off, Len: len(p)})
+	flt := f.fs.check(Op{Kind: OpWrite, Path: f.path(), Off: off, Len: len(p)})
 	if flt.Err == nil {
 		return f.f.WriteAt(p, off)
 	}
@@ -373,7 +411,7 @@ func (f *errorFile) WriteAt(p []byte, off int64) (int, error) {
 			return n, err
 		}
 	}
-	return n, &os.PathError{Op: OpWrite.String(), Path: f.f.Name(), Err: flt.Err}
+	return n, &os.PathError{Op: OpWrite.String(), Path: f.path(), Err: flt.Err}
 }
 
 // Sync syncs the inner file. On a fault it drops the writeback of the
@@ -381,7 +419,7 @@ func (f *errorFile) WriteAt(p []byte, off int64) (int, error) {
 // a failed fsync does on Linux: the data stays readable, yet a later
 // successful Sync does not make it durable; only writing it again does.
 func (f *errorFile) Sync() error {
-	if err := f.fs.pathErr(OpSync, f.f.Name()); err != nil {
+	if err := f.fs.pathErr(OpSync, f.path()); err != nil {
 		if lw, ok := f.f.(interface{ loseWriteback() }); ok {
 			lw.loseWriteback()
 		}
@@ -391,8 +429,8 @@ func (f *errorFile) Sync() error {
 }
 
 func (f *errorFile) Truncate(size int64) error {
-	if flt := f.fs.check(Op{Kind: OpTruncate, Path: f.f.Name(), Off: size}); flt.Err != nil {
-		return &os.PathError{Op: OpTruncate.String(), Path: f.f.Name(), Err: flt.Err}
+	if flt := f.fs.check(Op{Kind: OpTruncate, Path: f.path(), Off: size}); flt.Err != nil {
+		return &os.PathError{Op: OpTruncate.String(), Path: f.path(), Err: flt.Err}
 	}
 	return f.f.Truncate(size)
 }
@@ -400,14 +438,14 @@ func (f *errorFile) Truncate(size int64) error {
 // Preallocate makes vfs.Preallocate on an errorFile an operation that can
 // fail; unless it does, it preallocates the inner file.
 func (f *errorFile) Preallocate(size int64) error {
-	if flt := f.fs.check(Op{Kind: OpPreallocate, Path: f.f.Name(), Off: size}); flt.Err != nil {
-		return &os.PathError{Op: OpPreallocate.String(), Path: f.f.Name(), Err: flt.Err}
+	if flt := f.fs.check(Op{Kind: OpPreallocate, Path: f.path(), Off: size}); flt.Err != nil {
+		return &os.PathError{Op: OpPreallocate.String(), Path: f.path(), Err: flt.Err}
 	}
 	return Preallocate(f.f, size)
 }
 
 func (f *errorFile) Stat() (os.FileInfo, error) {
-	if err := f.fs.pathErr(OpFileStat, f.f.Name()); err != nil {
+	if err := f.fs.pathErr(OpFileStat, f.path()); err != nil {
 		return nil, err
 	}
 	return f.f.Stat()
@@ -419,7 +457,10 @@ func (f *errorFile) Name() string { return f.f.Name() }
 // releases the descriptor even when it reports an error), then returns the
 // injected error.
 func (f *errorFile) Close() error {
-	err := f.fs.pathErr(OpClose, f.f.Name())
+	f.fs.openMu.Lock()
+	delete(f.fs.open, f)
+	f.fs.openMu.Unlock()
+	err := f.fs.pathErr(OpClose, f.path())
 	if cerr := f.f.Close(); err == nil {
 		err = cerr
 	}

@@ -413,3 +413,52 @@ func TestConcurrentUse(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("%08d", w), data[len(data)-8:])
 	}
 }
+
+// TestErrorFSNamesOpenFilesByTheirCurrentName: after FS.Rename, operations
+// on a file opened before it are reported under its new name, as the
+// kernel names an open file (/proc/self/fd). The spare segment is opened
+// as next-segment.log.tmp and renamed to a segment, then written and
+// fsynced through the same handle: injectors that select segments by
+// their ".log" suffix never failed those before.
+func TestErrorFSNamesOpenFilesByTheirCurrentName(t *testing.T) {
+	var mu sync.Mutex
+	var ops []vfs.Op
+	efs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		mu.Lock()
+		ops = append(ops, op)
+		mu.Unlock()
+		return vfs.Fault{}
+	}))
+	require.NoError(t, efs.MkdirAll("/d", 0o755))
+	f, err := efs.OpenFile("/d/next-segment.log.tmp", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	require.NoError(t, err)
+	require.NoError(t, efs.Rename("/d/next-segment.log.tmp", "/d/00000000000000000000.log"))
+	_, err = f.WriteAt([]byte("batch"), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+
+	mu.Lock()
+	defer mu.Unlock()
+	var got []string
+	for _, op := range ops {
+		if op.Kind == vfs.OpWrite || op.Kind == vfs.OpSync {
+			got = append(got, op.Kind.String()+" "+op.Path)
+		}
+	}
+	require.Equal(t, []string{
+		"write /d/00000000000000000000.log",
+		"sync /d/00000000000000000000.log",
+	}, got, "ops on an open file after its rename are reported under its old name")
+	ops = nil
+	mu.Unlock()
+
+	// A rename of its directory renames it too.
+	require.NoError(t, efs.Rename("/d", "/e"))
+	require.NoError(t, f.Sync())
+	require.Equal(t, "/d/next-segment.log.tmp", f.Name(), "Name keeps the opened name, as os.File.Name does")
+	require.NoError(t, f.Close())
+	mu.Lock()
+	require.Len(t, ops, 3)
+	require.Equal(t, "/e/00000000000000000000.log", ops[1].Path)
+	require.Equal(t, "/e/00000000000000000000.log", ops[2].Path)
+}
