@@ -311,6 +311,9 @@ func (m *MemFS) Remove(name string) error {
 
 // RemoveAll removes name and everything below it; like os.RemoveAll it
 // returns nil if name does not exist. RemoveAll of the root empties it.
+// Like os.RemoveAll it unlinks one entry at a time, deepest first, so a
+// crash before the directories are synced may leave the tree partly
+// removed.
 func (m *MemFS) RemoveAll(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -323,18 +326,31 @@ func (m *MemFS) RemoveAll(name string) error {
 	case n == nil:
 		return nil
 	case parent == nil:
-		// One unlink per entry, as os.RemoveAll does.
-		for _, name := range sortedNames(n.children) {
-			n.logDirOp(entryChange{name: name})
-		}
-		clear(n.children)
-		m.touch(n)
+		m.removeTree(n)
 		return nil
+	}
+	if n.isDir {
+		m.removeTree(n)
 	}
 	delete(parent.children, base)
 	parent.logDirOp(entryChange{name: base})
 	m.touch(parent)
 	return nil
+}
+
+// removeTree removes every entry below dir, deepest first, one unlink per
+// entry as os.RemoveAll does, so that a crash may keep any prefix of the
+// removals of each directory (CrashOptions.DirOpsPrefix). MemFS.mu must
+// be held.
+func (m *MemFS) removeTree(dir *memNode) {
+	for _, name := range sortedNames(dir.children) {
+		if child := dir.children[name]; child.isDir {
+			m.removeTree(child)
+		}
+		dir.logDirOp(entryChange{name: name})
+	}
+	clear(dir.children)
+	m.touch(dir)
 }
 
 // Rename renames oldname to newname, atomically replacing newname if it

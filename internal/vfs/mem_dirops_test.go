@@ -61,3 +61,41 @@ func TestDirOpsReplayInvariant(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoveAllIsOneUnlinkPerEntry: RemoveAll of a directory unlinks its
+// entries one by one, as os.RemoveAll does, so a crash can leave it with
+// some of them (Manager.Delete and OpenManager's removal of a deleted
+// log's directory must cope). It used to be one change in the parent,
+// kept or lost with the whole subtree.
+func TestRemoveAllIsOneUnlinkPerEntry(t *testing.T) {
+	m := NewMem()
+	require.NoError(t, m.MkdirAll("/d/sub", 0o755))
+	for _, name := range []string{"a", "b", "c"} {
+		f, err := m.OpenFile("/d/sub/"+name, os.O_RDWR|os.O_CREATE, 0o644)
+		require.NoError(t, err)
+		require.NoError(t, f.Sync())
+		require.NoError(t, f.Close())
+	}
+	require.NoError(t, m.SyncDir("/d/sub"))
+	require.NoError(t, m.SyncDir("/d"))
+	require.NoError(t, m.SyncDir("/"))
+	require.NoError(t, m.RemoveAll("/d/sub"))
+
+	seen := map[string]bool{}
+	for seed := range int64(200) {
+		c := m.CrashClone(CrashOptions{Seed: seed, DirOpsPrefix: 1})
+		names, err := c.ReadDir("/d/sub")
+		if err != nil {
+			seen["(gone)"] = true
+			continue
+		}
+		seen[fmt.Sprint(names)] = true
+	}
+	partial := false
+	for k := range seen {
+		if k != "(gone)" && k != "[a b c]" {
+			partial = true
+		}
+	}
+	require.True(t, partial, "a crash kept RemoveAll whole or not at all; states seen: %v", seen)
+}
