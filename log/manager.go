@@ -105,6 +105,10 @@ type Manager struct {
 	// Create refuses (it would open the old data).
 	undeleted map[string]bool
 	closed    bool
+	// ops counts the Creates and Deletes in progress, which Close waits
+	// for; closeDone is closed when the first Close has finished.
+	ops       sync.WaitGroup
+	closeDone chan struct{}
 
 	rp rpStore
 
@@ -138,7 +142,7 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{},
-		busy: map[string]bool{}, undeleted: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+		busy: map[string]bool{}, undeleted: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{}), closeDone: make(chan struct{})}
 	m.rp = newRPStore(m)
 	cleanFile, err := m.rp.read()
 	if err != nil {
@@ -269,7 +273,8 @@ func (m *Manager) logOptions() Options {
 // Dir is the data directory.
 func (m *Manager) Dir() string { return m.dir }
 
-// Create creates and opens a new, empty log called name.
+// Create creates and opens a new, empty log called name. After Close it
+// fails with ErrClosed.
 func (m *Manager) Create(name string) (*Log, error) {
 	if !validLogName(name) || reservedName(name) {
 		return nil, fmt.Errorf("replog/log: invalid log name %q", name)
@@ -284,16 +289,15 @@ func (m *Manager) Create(name string) (*Log, error) {
 		return nil, fmt.Errorf("%w: %s", ErrLogExists, name)
 	}
 	// Open runs outside mu (it fsyncs), so that creating one log does not
-	// hold up Get, Names, Stats and other Creates.
+	// hold up Get, Names, Stats and other Creates. A Close meanwhile
+	// waits, then closes the new log with the others.
 	m.busy[name] = true
+	m.ops.Add(1)
+	defer m.ops.Done()
 	m.mu.Unlock()
 	l, err := m.create(name)
 	m.mu.Lock()
 	delete(m.busy, name)
-	if err == nil && m.closed {
-		err = ErrClosed
-		_ = l.Close()
-	}
 	if err == nil {
 		m.logs[name] = l
 	}
@@ -347,8 +351,13 @@ func (m *Manager) Names() []string {
 // the deletion at the next OpenManager. If it fails before the rename and
 // the log's recovery point are durably gone, the name stays taken (Create
 // fails with ErrLogExists) and Delete may be called again to finish.
+// After Close it fails with ErrClosed.
 func (m *Manager) Delete(name string) error {
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
 	l, ok := m.logs[name]
 	retry := m.undeleted[name] && !m.busy[name]
 	if !ok && !retry {
@@ -359,6 +368,8 @@ func (m *Manager) Delete(name string) error {
 	// Create fails with ErrLogExists until the directory is gone: it
 	// would open the old log's files.
 	m.busy[name] = true
+	m.ops.Add(1)
+	defer m.ops.Done()
 	m.mu.Unlock()
 	if ok {
 		_ = l.Close()
@@ -438,15 +449,21 @@ func (m *Manager) Stats() ManagerStats {
 }
 
 // Close closes every log (cleanly, in parallel), writes the checkpoint and
-// stops the workers.
+// stops the workers. Creates and Deletes in progress finish first (a log
+// being created is then closed with the others); later ones fail with
+// ErrClosed. A later or concurrent Close returns nil once the first has
+// finished.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
+		<-m.closeDone
 		return nil
 	}
 	m.closed = true
 	m.mu.Unlock()
+	defer close(m.closeDone)
+	m.ops.Wait()
 	close(m.stop)
 	<-m.done
 	err := m.closeLogs()
