@@ -212,7 +212,7 @@
 // Errors wrap the package's sentinels (ErrCorrupt, ErrInvalidRecord,
 // ErrBatchTooLarge, ErrOffsetOutOfRange, ErrClosed, ErrSyncFailed; leader
 // appends also ErrOutOfOrderSequence and ErrProducerFenced, a Reader
-// ErrTruncated, a Manager ErrLogExists and ErrNoSuchLog); match them with
-// errors.Is. Corrupt or hostile bytes never cause a panic, and a
-// rejected append changes nothing.
+// ErrTruncated, a Manager ErrLogExists, ErrNoSuchLog and
+// ErrInvalidLogName); match them with errors.Is. Corrupt or hostile bytes
+// never cause a panic, and a rejected append changes nothing.
 package log

@@ -24,11 +24,12 @@ const (
 	deletedDirSuffix              = ".deleted"
 )
 
-// ErrLogExists and ErrNoSuchLog are returned by Manager.Create and
-// Manager.Delete.
+// ErrLogExists, ErrNoSuchLog and ErrInvalidLogName are returned by
+// Manager.Create and Manager.Delete.
 var (
-	ErrLogExists = errors.New("replog/log: log already exists")
-	ErrNoSuchLog = errors.New("replog/log: no such log")
+	ErrLogExists      = errors.New("replog/log: log already exists")
+	ErrNoSuchLog      = errors.New("replog/log: no such log")
+	ErrInvalidLogName = errors.New("replog/log: invalid log name")
 )
 
 // validLogName reports whether name can name a log (a directory name,
@@ -277,7 +278,7 @@ func (m *Manager) Dir() string { return m.dir }
 // fails with ErrClosed.
 func (m *Manager) Create(name string) (*Log, error) {
 	if !validLogName(name) || reservedName(name) {
-		return nil, fmt.Errorf("replog/log: invalid log name %q", name)
+		return nil, fmt.Errorf("%w %q", ErrInvalidLogName, name)
 	}
 	m.mu.Lock()
 	if m.closed {

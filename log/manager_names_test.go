@@ -27,7 +27,7 @@ func TestManagerReservedLogNames(t *testing.T) {
 	for _, name := range []string{managerCleanShutdownFile, managerCheckpointFile, managerHighWatermarkFile} {
 		for _, n := range []string{name, name + tmpSuffix} {
 			_, err := m.Create(n)
-			require.ErrorContains(t, err, "invalid log name", "Create(%q)", n)
+			require.ErrorIs(t, err, ErrInvalidLogName, "Create(%q)", n)
 		}
 	}
 	require.NoError(t, m.Close())
