@@ -61,6 +61,9 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // (recovery then keeps or drops them). The caller may reuse batches when
 // Append returns.
 func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, error) {
+	if leaderEpoch < NoLeaderEpoch {
+		return AppendInfo{}, fmt.Errorf("%w: leader epoch %d", ErrInvalidRecord, leaderEpoch)
+	}
 	info, err := l.validateBatches(batches, true)
 	if err != nil {
 		return info, err
@@ -227,7 +230,8 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 		}
 		return dup, nil
 	}
-	if err := l.assignBatchEpochs(batches); err != nil {
+	epochsBefore, err := l.assignBatchEpochs(batches)
+	if err != nil {
 		l.producers.discard()
 		l.mu.Unlock()
 		return info, err
@@ -235,6 +239,9 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 	l.rollMovedDurable = false
 	if err := l.maybeRoll(info); err != nil {
 		l.producers.discard()
+		if !l.rollMovedDurable {
+			l.restoreEpochs(epochsBefore)
+		}
 		l.mu.Unlock()
 		return info, err
 	}
@@ -247,6 +254,8 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 			// checkpoints say. Refuse writes until a reopen, whose
 			// recovery goes by what the files hold.
 			err = l.fail(err)
+		} else {
+			l.restoreEpochs(epochsBefore)
 		}
 		l.mu.Unlock()
 		return info, err

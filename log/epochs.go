@@ -97,18 +97,25 @@ func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64) {
 	return c.entries[hi-1].Epoch, c.entries[hi].StartOffset
 }
 
-// assignEpoch records that epoch starts at offset, if it is newer than the
-// latest epoch or the latest epoch starts at or after offset, and persists
-// the cache before the caller writes data. Callers hold l.mu.
+// epochChanges reports whether assignEpoch(epoch, offset) would change
+// the cache: epoch is newer than the latest epoch, or the latest epoch
+// starts at or after offset. No epoch (negative) changes nothing.
+func (l *Log) epochChanges(epoch int32, offset int64) bool {
+	if epoch < 0 {
+		return false
+	}
+	last, ok := l.epochs.latest()
+	return !ok || !(epoch < last.Epoch && last.StartOffset < offset ||
+		epoch == last.Epoch && last.StartOffset <= offset)
+}
+
+// assignEpoch records that epoch starts at offset, if epochChanges, and
+// persists the cache before the caller writes data. Callers hold l.mu.
 func (l *Log) assignEpoch(epoch int32, offset int64) error {
-	if epoch == NoLeaderEpoch {
+	if !l.epochChanges(epoch, offset) {
 		return nil
 	}
 	c := &l.epochs
-	if last, ok := c.latest(); ok && (epoch < last.Epoch && last.StartOffset < offset ||
-		epoch == last.Epoch && last.StartOffset <= offset) {
-		return nil
-	}
 	c.mu.Lock()
 	// An epoch cannot start below an older epoch's start: those entries
 	// were truncated away. Entries at or after offset hold no data yet: a
@@ -202,23 +209,48 @@ func (l *Log) loadEpochs(start, end int64) error {
 }
 
 // assignBatchEpochs records the leader epochs that batches start, before
-// they are written. Callers hold l.mu.
-func (l *Log) assignBatchEpochs(batches []byte) error {
+// they are written. If that changed the cache, it returns the entries as
+// they were, for restoreEpochs should the write fail (nil otherwise: the
+// common append changes nothing and copies nothing). Callers hold l.mu.
+func (l *Log) assignBatchEpochs(batches []byte) (before []EpochEntry, err error) {
 	for rest := batches; len(rest) > 0; {
 		b, r, _ := SplitBatch(rest)
-		if err := l.assignEpoch(b.LeaderEpoch(), b.BaseOffset()); err != nil {
-			return l.fail(err)
+		if l.epochChanges(b.LeaderEpoch(), b.BaseOffset()) {
+			if before == nil {
+				before = append(make([]EpochEntry, 0, 1), l.epochs.snapshot()...)
+			}
+			if err := l.assignEpoch(b.LeaderEpoch(), b.BaseOffset()); err != nil {
+				return nil, l.fail(err)
+			}
 		}
 		rest = r
 	}
-	return nil
+	return before, nil
+}
+
+// restoreEpochs puts back the entries assignBatchEpochs changed, after the
+// append failed without failing the log. The checkpoint file keeps the
+// failed append's entries until the next change rewrites it: they start
+// at or past the log end, where the next Open drops them (loadEpochs).
+// Callers hold l.mu.
+func (l *Log) restoreEpochs(before []EpochEntry) {
+	if before == nil {
+		return
+	}
+	l.epochs.mu.Lock()
+	l.epochs.entries = before
+	l.epochs.mu.Unlock()
 }
 
 // BeginLeaderEpoch records that epoch starts at the log end offset, as a
 // new leader does before its first append so that EndOffsetForEpoch can
 // answer followers at once. Epochs not newer than the latest are ignored,
-// unless the latest starts at the log end (it has no batch yet).
+// unless the latest starts at the log end (it has no batch yet), and so
+// is NoLeaderEpoch; a lower epoch fails with ErrInvalidRecord.
 func (l *Log) BeginLeaderEpoch(epoch int32) error {
+	if epoch < NoLeaderEpoch {
+		return fmt.Errorf("%w: leader epoch %d", ErrInvalidRecord, epoch)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.failure(); err != nil {

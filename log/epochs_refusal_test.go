@@ -1,0 +1,75 @@
+package log
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// TestNegativeLeaderEpochIsRefused: BeginLeaderEpoch and AppendAsLeader
+// accepted a leader epoch below NoLeaderEpoch (-1) and, in an empty epoch
+// cache, recorded and persisted it (assignEpoch only skipped
+// NoLeaderEpoch). loadEpochs rejects a negative epoch as corrupt, so the
+// next Open failed with ErrCorrupt: bad input made the log unopenable.
+func TestNegativeLeaderEpochIsRefused(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	for _, tc := range []struct {
+		name string
+		call func(l *Log) error
+	}{
+		{"BeginLeaderEpoch", func(l *Log) error { return l.BeginLeaderEpoch(-2) }},
+		{"AppendAsLeader", func(l *Log) error {
+			_, err := l.AppendAsLeader(buildBatch(t, 2, 10, 0), -7)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, opts := memLog()
+			l := openLog(t, "/log", opts)
+			err := tc.call(l)
+			if err == nil {
+				// Accepted: then it must survive a reopen.
+				require.NoError(t, l.Close())
+				l2, err := Open("/log", opts)
+				require.NoError(t, err, "the log cannot be opened again after %s with a negative epoch", tc.name)
+				require.NoError(t, l2.Close())
+				return
+			}
+			// Refused: with a typed error, and nothing changed.
+			require.ErrorIs(t, err, ErrInvalidRecord)
+			require.Empty(t, l.LeaderEpochs())
+		})
+	}
+}
+
+// TestFailedAppendLeavesNoEpoch: a leader append at a new epoch whose
+// write failed (ENOSPC, not sticky) left the epoch it had recorded
+// (assignBatchEpochs runs before maybeRoll and writeToActive), though a
+// rejected append changes nothing: LatestEpoch and EndOffsetForEpoch
+// reported an epoch that wrote no record, and a Close+Open (loadEpochs
+// drops entries at the log end) gave other epochs than before it.
+func TestFailedAppendLeavesNoEpoch(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	efs, armed := failNextSegmentWrite(mem, 0)
+	opts := testLogOptions(efs)
+	l := openLog(t, "/log", opts)
+	_, err := l.AppendAsLeader(buildBatch(t, 2, 10, 0), 1)
+	require.NoError(t, err)
+	before := l.LeaderEpochs()
+
+	armed.Store(true)
+	_, err = l.AppendAsLeader(buildBatch(t, 2, 10, 0), 5)
+	require.Error(t, err)
+	require.False(t, l.Stats().Failed, "a failed write is not sticky")
+	require.Equal(t, int64(2), l.LogEndOffset(), "nothing appended")
+	require.Equal(t, before, l.LeaderEpochs(), "a failed append recorded a leader epoch")
+	require.Equal(t, int32(1), l.LatestEpoch())
+
+	live := l.LeaderEpochs()
+	require.NoError(t, l.Close())
+	l = openLog(t, "/log", opts)
+	require.Equal(t, live, l.LeaderEpochs(), "leader epochs after Close+Open")
+}
