@@ -37,9 +37,13 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 // ApplyRetention deletes the oldest segments that RetentionBytes or
 // RetentionAge no longer allow, never the active segment (nor, after
 // RetainAboveHighWatermark, one that ends above the high watermark), and
-// returns how many it deleted. The log then starts at the base offset of the oldest
-// segment kept. The background flusher calls it every
-// RetentionCheckInterval when that is set.
+// returns how many it deleted. The log then starts at the base offset of
+// the oldest segment kept; the new log start is checkpointed durably
+// before any segment goes, so it holds even if the deletion fails or a
+// crash undoes it. Segments wholly below the log start go too, whatever
+// the limits.
+// The background flusher calls it every RetentionCheckInterval when that
+// is set.
 func (l *Log) ApplyRetention() (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -66,7 +70,11 @@ func (l *Log) ApplyRetention() (int, error) {
 			}
 			byAge = ts != NoTimestamp && ts < cutoff
 		}
-		if !bySize && !byAge {
+		// A segment wholly below the log start goes whatever the
+		// limits (Kafka's log-start breach): one a failed or crashed
+		// deletion left, or one DeleteRecordsBefore passed.
+		byStart := segs[n+1].base <= l.logStart.Load()
+		if !bySize && !byAge && !byStart {
 			break
 		}
 		total -= size
@@ -75,6 +83,14 @@ func (l *Log) ApplyRetention() (int, error) {
 		return 0, nil
 	}
 	if start := segs[n].base; start > l.logStart.Load() {
+		// Durably first, as DeleteRecordsBefore does: the leader epochs
+		// below start are dropped from their checkpoint now, while the
+		// segments' removal is not durable before the next directory
+		// fsync. A crash that brought them back without this checkpoint
+		// would make the log start below its epochs.
+		if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), start); err != nil {
+			return 0, l.fail(err)
+		}
 		if err := l.raiseLogStart(start); err != nil {
 			return 0, err
 		}
