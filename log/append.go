@@ -323,7 +323,7 @@ func (l *Log) writeToActive(batches []byte) error {
 		// would read as damage, offsets going backwards.
 		terr := s.file.Truncate(pos)
 		if terr == nil {
-			terr = l.syncCutSegment(s)
+			terr = l.syncCutSegment(s, pos)
 		}
 		if terr != nil {
 			// Part of a batch may stay past the segment's size. A shorter

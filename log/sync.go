@@ -126,16 +126,22 @@ func (l *Log) syncSegment(s *segment) error {
 	return nil
 }
 
-// syncCutSegment fsyncs s after its file was truncated. Like
-// syncSegment it takes its turn on s.syncMu and fails the log before the
-// turn ends, so that a Sync of s that follows sees the failure rather
-// than a write-back error reported to this fsync only.
-func (l *Log) syncCutSegment(s *segment) error {
+// syncCutSegment fsyncs s after its file was truncated to size, and
+// sets its size and durable size. Like syncSegment it takes its turn on
+// s.syncMu and fails the log before the turn ends, so that a Sync of s
+// that follows sees the failure rather than a write-back error reported
+// to this fsync only; and it sets the sizes within its turn, or a Sync
+// taking the next turn could read the size from before the cut and,
+// storing it as durable after the cut, skip the fsync of the bytes
+// appended up to that size again.
+func (l *Log) syncCutSegment(s *segment, size int64) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	if err := s.file.Sync(); err != nil {
 		return l.fail(err)
 	}
+	s.size.Store(size)
+	s.durable.Store(size)
 	return nil
 }
 

@@ -130,11 +130,9 @@ func (l *Log) truncateSegment(s *segment, pos, newNext int64) error {
 	if err := s.file.Truncate(pos); err != nil {
 		return err
 	}
-	if err := l.syncCutSegment(s); err != nil {
+	if err := l.syncCutSegment(s, pos); err != nil {
 		return err
 	}
-	s.size.Store(pos)
-	s.durable.Store(pos)
 	if err := s.loadIndexes(l.opts.MaxBatchBytes); err != nil {
 		return err
 	}
