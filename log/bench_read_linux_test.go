@@ -15,3 +15,8 @@ func sleepShort(d time.Duration) {
 	ts := syscall.NsecToTimespec(d.Nanoseconds())
 	_ = syscall.Nanosleep(&ts, nil) // an early wake-up is made up by waitUntil's loop
 }
+
+// syncAll asks the kernel to write back every dirty page (sync(2)), so
+// that a benchmark's timed region does not share the disk and the CPU
+// with the writeback of what earlier benchmarks wrote.
+func syncAll() { syscall.Sync() }

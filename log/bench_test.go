@@ -357,6 +357,10 @@ func benchRollLatency(b *testing.B, root string, logs int, mode string) rollLate
 				b.Fatal(err)
 			}
 		}
+		// The previous sub-benchmarks' unsynced data (mode=norolls
+		// fsyncs nothing) is written back now, not 30 s after it was
+		// written, in the middle of this one.
+		syncAll()
 		perLat, perIn := make([][]time.Duration, logs), make([][]time.Duration, logs)
 		start := time.Now().Add(20 * time.Millisecond)
 		b.StartTimer()
