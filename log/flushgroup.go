@@ -45,17 +45,32 @@ func (g *FlushGroup) acquire(urgent bool) func() {
 		g.waitingOther--
 	}
 	g.free--
+	g.passOnLocked()
 	g.mu.Unlock()
 	return g.release
 }
 
 func (g *FlushGroup) release() {
 	g.mu.Lock()
+	g.releaseLocked()
+	g.mu.Unlock()
+}
+
+func (g *FlushGroup) releaseLocked() {
 	g.free++
-	if g.waitingUrgent > 0 {
+	g.passOnLocked()
+}
+
+// passOnLocked wakes a waiter, urgent ones first, if a turn is free. A
+// waiter that takes a turn calls it too: a second release before the
+// first woken waiter ran signals it again (it still counts as waiting),
+// and without this the turn it freed would wait for the next release.
+func (g *FlushGroup) passOnLocked() {
+	switch {
+	case g.free == 0:
+	case g.waitingUrgent > 0:
 		g.urgent.Signal()
-	} else {
+	case g.waitingOther > 0:
 		g.other.Signal()
 	}
-	g.mu.Unlock()
 }
