@@ -242,7 +242,7 @@ func inParallel[T any](items []T, workers int, fn func(T) error) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
-	for i := 0; i < workers; i++ {
+	for range min(workers, len(items)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
