@@ -1,0 +1,73 @@
+package log
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// TestSyncDuringTruncation: a Sync whose fsyncs overlap a TruncateTo
+// and re-appends must not report the offsets it saw before the
+// truncation as durable: they now hold new data it did not fsync, and a
+// later Sync must still fsync that data.
+func TestSyncDuringTruncation(t *testing.T) {
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	var blockOn atomic.Pointer[string]
+	entered, release := make(chan struct{}), make(chan struct{})
+	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpSync && armed.Load() {
+			if p := blockOn.Load(); p != nil && strings.HasSuffix(op.Path, *p) && armed.CompareAndSwap(true, false) {
+				close(entered)
+				<-release
+			}
+		}
+		return vfs.Fault{}
+	}))
+	opts := testLogOptions(efs)
+	l := openLog(t, "/log", opts)
+	for len(l.segments()) < 2 || l.active().size.Load() < 2000 {
+		_, err := l.Append(buildBatch(t, 1, 500, 1000))
+		require.NoError(t, err)
+	}
+	waitRecoveryPoint(t, l) // the first segment is durable
+	oldEnd := l.LogEndOffset()
+	name := segmentName(l.active().base) + logSuffix
+	blockOn.Store(&name)
+	armed.Store(true)
+
+	done := make(chan error, 1)
+	go func() { done <- l.Sync() }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Sync never fsynced the active segment")
+	}
+	// While that fsync runs: truncate into the first segment, append anew
+	// below the old end.
+	require.NoError(t, l.TruncateTo(2))
+	var fresh [][]byte
+	for i := 0; i < 3; i++ {
+		b := buildBatch(t, 1, 32, int64(5000+i))
+		_, err := l.Append(b)
+		require.NoError(t, err)
+		fresh = append(fresh, b)
+	}
+	require.Less(t, l.LogEndOffset(), oldEnd)
+	close(release)
+	require.NoError(t, <-done)
+
+	require.NoError(t, l.Sync()) // must make the new batches durable
+	img := mem.CrashClone(vfs.CrashOptions{})
+	l2, err := Open("/log", testLogOptions(img))
+	require.NoError(t, err)
+	defer l2.Close()
+	require.Equal(t, int64(5), l2.LogEndOffset(), "synced batches lost")
+	got := readAllBatches(t, l2)
+	require.Equal(t, fresh, got[2:])
+}
