@@ -3,50 +3,18 @@ package log
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/replog/replog/internal/vfs"
 )
 
-// mwState is what the workload knows about one incarnation of a name.
-type mwState int
-
-const (
-	mwCreating mwState = iota // Create called, not returned nil
-	mwLive                    // Create returned nil
-	mwDeleting                // Delete called, not returned nil
-	mwDeleted                 // Delete returned nil
-)
-
-type mwLog struct {
-	state     mwState
-	attempted [][]byte
-	appended  int
-	acked     int
-}
-
-type mwModel struct {
-	logs map[string]*mwLog
-}
-
-func mwOptions(fsys vfs.FS) ManagerOptions {
-	return ManagerOptions{
-		Log:                Options{FS: fsys, SegmentBytes: 1 << 10, IndexIntervalBytes: 256},
-		Workers:            1,
-		RecoveryWorkers:    2,
-		MaxOpenFiles:       3,
-		CheckpointInterval: time.Hour,
-	}
-}
-
 // mwWorkload: create, append, roll, sync, close/reopen, delete, recreate,
 // delete, close. It stops at the first error.
-func mwWorkload(t testing.TB, fsys vfs.FS) *mwModel {
-	md := &mwModel{logs: map[string]*mwLog{}}
+func mwWorkload(t testing.TB, fsys vfs.FS) map[string]*mgrLogModel {
+	md := map[string]*mgrLogModel{}
 	seq := 0
-	m, err := OpenManager(mgrCrashDir, mwOptions(fsys))
+	m, err := OpenManager(mgrCrashDir, mgrCrashOptions(fsys))
 	if err != nil {
 		return md
 	}
@@ -56,24 +24,24 @@ func mwWorkload(t testing.TB, fsys vfs.FS) *mwModel {
 		}
 	}()
 	create := func(name string) *Log {
-		md.logs[name] = &mwLog{state: mwCreating}
+		md[name] = &mgrLogModel{state: mgrCreating}
 		l, err := m.Create(name)
 		if err != nil {
 			return nil
 		}
-		md.logs[name].state = mwLive
+		md[name].state = mgrLive
 		return l
 	}
 	del := func(name string) bool {
-		md.logs[name].state = mwDeleting
+		md[name].state = mgrDeleting
 		if err := m.Delete(name); err != nil {
 			return false
 		}
-		md.logs[name].state = mwDeleted
+		md[name].state = mgrDeleted
 		return true
 	}
 	app := func(name string, l *Log, n int, sync bool) bool {
-		lm := md.logs[name]
+		lm := md[name]
 		for i := 0; i < n; i++ {
 			b := testBatch(t, seq%len(batchTemplates))
 			seq++
@@ -103,10 +71,10 @@ func mwWorkload(t testing.TB, fsys vfs.FS) *mwModel {
 	if err := m.Close(); err != nil {
 		return md
 	}
-	for _, lm := range md.logs {
+	for _, lm := range md {
 		lm.acked = lm.appended
 	}
-	if m, err = OpenManager(mgrCrashDir, mwOptions(fsys)); err != nil {
+	if m, err = OpenManager(mgrCrashDir, mgrCrashOptions(fsys)); err != nil {
 		m = nil
 		return md
 	}
@@ -134,13 +102,13 @@ func mwWorkload(t testing.TB, fsys vfs.FS) *mwModel {
 	if err := m.Close(); err != nil {
 		return md
 	}
-	for _, lm := range md.logs {
+	for _, lm := range md {
 		lm.acked = lm.appended
 	}
 	return md
 }
 
-func mwCheck(t testing.TB, m *Manager, md *mwModel, desc string) map[string]logState {
+func mwCheck(t testing.TB, m *Manager, md map[string]*mgrLogModel, desc string) map[string]logState {
 	t.Helper()
 	states := map[string]logState{}
 	for _, name := range m.Names() {
@@ -150,14 +118,14 @@ func mwCheck(t testing.TB, m *Manager, md *mwModel, desc string) map[string]logS
 		states[name] = st
 	}
 	for name := range states {
-		require.Contains(t, md.logs, name, "unknown log %s %s", name, desc)
+		require.Contains(t, md, name, "unknown log %s %s", name, desc)
 	}
-	for name, lm := range md.logs {
+	for name, lm := range md {
 		st, ok := states[name]
 		switch lm.state {
-		case mwLive:
+		case mgrLive:
 			require.True(t, ok, "log %s whose Create returned nil is lost %s", name, desc)
-		case mwDeleted:
+		case mgrDeleted:
 			require.False(t, ok, "log %s whose Delete returned nil is back %s", name, desc)
 		}
 		if !ok {
@@ -165,7 +133,7 @@ func mwCheck(t testing.TB, m *Manager, md *mwModel, desc string) map[string]logS
 		}
 		// Every batch found is one appended at that offset (to this
 		// incarnation, unless a Delete was under way: then the old one).
-		if lm.state != mwDeleting && lm.state != mwCreating {
+		if lm.state != mgrDeleting && lm.state != mgrCreating {
 			for i, b := range st.batches {
 				require.Less(t, i, len(lm.attempted), "log %s has more batches than appended %s", name, desc)
 				require.Equal(t, Batch(lm.attempted[i]).BaseOffset(), Batch(b).BaseOffset(), "log %s batch %d %s", name, i, desc)
@@ -182,8 +150,8 @@ func mwCheck(t testing.TB, m *Manager, md *mwModel, desc string) map[string]logS
 func mwCrashRun(t *testing.T, mode string, opts func(n int64) vfs.CrashOptions, stride int64) {
 	efs := vfs.NewErrorFS(vfs.NewMem(), nil)
 	md := mwWorkload(t, efs)
-	for name, lm := range md.logs {
-		require.NotEqual(t, mwCreating, lm.state, name)
+	for name, lm := range md {
+		require.NotEqual(t, mgrCreating, lm.state, name)
 	}
 	total := efs.Ops()
 	crashes := 0
@@ -199,13 +167,13 @@ func mwCrashRun(t *testing.T, mode string, opts func(n int64) vfs.CrashOptions, 
 		}
 		crashes++
 		desc := fmt.Sprintf("(%s: crash before op %d of %d)", mode, n, total)
-		m, err := OpenManager(mgrCrashDir, mwOptions(img))
+		m, err := OpenManager(mgrCrashDir, mgrCrashOptions(img))
 		require.NoError(t, err, "open after the crash %s", desc)
 		states := mwCheck(t, m, md, desc)
 		if kill {
 			// What recovery trusts must be durable: a power loss now.
 			img2 := img.CrashClone(vfs.CrashOptions{})
-			m2, err := OpenManager(mgrCrashDir, mwOptions(img2))
+			m2, err := OpenManager(mgrCrashDir, mgrCrashOptions(img2))
 			require.NoError(t, err, "open after a power loss right after recovery %s", desc)
 			again := mwCheck(t, m2, md, desc+" (power loss after recovery)")
 			require.Len(t, again, len(states), desc)
@@ -215,7 +183,7 @@ func mwCrashRun(t *testing.T, mode string, opts func(n int64) vfs.CrashOptions, 
 			require.NoError(t, m2.Close())
 		}
 		require.NoError(t, m.Close(), desc)
-		m, err = OpenManager(mgrCrashDir, mwOptions(img))
+		m, err = OpenManager(mgrCrashDir, mgrCrashOptions(img))
 		require.NoError(t, err, "A4 %s", desc)
 		again := mwCheck(t, m, md, desc+" (A4)")
 		require.Len(t, again, len(states), desc)

@@ -12,19 +12,19 @@ import (
 )
 
 // mwFaultWorkload goes on after errors, retrying Create and Delete once.
-func mwFaultWorkload(t testing.TB, fsys vfs.FS) (*mwModel, []string) {
-	md := &mwModel{logs: map[string]*mwLog{}}
+func mwFaultWorkload(t testing.TB, fsys vfs.FS) (map[string]*mgrLogModel, []string) {
+	md := map[string]*mgrLogModel{}
 	var notes []string
 	seq := 0
-	m, err := OpenManager(mgrCrashDir, mwOptions(fsys))
+	m, err := OpenManager(mgrCrashDir, mgrCrashOptions(fsys))
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("open1: %v", err))
-		if m, err = OpenManager(mgrCrashDir, mwOptions(fsys)); err != nil {
+		if m, err = OpenManager(mgrCrashDir, mgrCrashOptions(fsys)); err != nil {
 			t.Fatalf("OpenManager retry: %v", err)
 		}
 	}
 	create := func(name string) *Log {
-		md.logs[name] = &mwLog{state: mwCreating}
+		md[name] = &mgrLogModel{state: mgrCreating}
 		l, err := m.Create(name)
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("create %s: %v", name, err))
@@ -34,11 +34,11 @@ func mwFaultWorkload(t testing.TB, fsys vfs.FS) (*mwModel, []string) {
 				return nil
 			}
 		}
-		md.logs[name].state = mwLive
+		md[name].state = mgrLive
 		return l
 	}
 	del := func(name string) {
-		md.logs[name].state = mwDeleting
+		md[name].state = mgrDeleting
 		if err := m.Delete(name); err != nil {
 			notes = append(notes, fmt.Sprintf("delete %s: %v", name, err))
 			if err := m.Delete(name); err != nil {
@@ -48,13 +48,13 @@ func mwFaultWorkload(t testing.TB, fsys vfs.FS) (*mwModel, []string) {
 				}
 			}
 		}
-		md.logs[name].state = mwDeleted
+		md[name].state = mgrDeleted
 	}
 	app := func(name string, l *Log, n int) {
 		if l == nil {
 			return
 		}
-		lm := md.logs[name]
+		lm := md[name]
 		ok := true
 		for i := 0; i < n; i++ {
 			b := testBatch(t, seq%len(batchTemplates))
@@ -85,8 +85,8 @@ func mwFaultWorkload(t testing.TB, fsys vfs.FS) (*mwModel, []string) {
 	if err := m.Close(); err != nil {
 		notes = append(notes, fmt.Sprintf("close: %v", err))
 	} else {
-		for _, lm := range md.logs {
-			if lm.state == mwLive {
+		for _, lm := range md {
+			if lm.state == mgrLive {
 				lm.acked = lm.appended
 			}
 		}
@@ -111,7 +111,7 @@ func TestManagerFaultEveryOtherOp(t *testing.T) {
 		}
 		desc := fmt.Sprintf("(fault at op %d; %v)", n, notes)
 		for _, img := range []*vfs.MemFS{mem.CrashClone(vfs.CrashOptions{Kill: true}), mem.CrashClone(vfs.CrashOptions{})} {
-			m, err := OpenManager(mgrCrashDir, mwOptions(img))
+			m, err := OpenManager(mgrCrashDir, mgrCrashOptions(img))
 			require.NoError(t, err, "reopen %s", desc)
 			mwCheck(t, m, md, desc)
 			require.NoError(t, m.Close(), desc)

@@ -449,6 +449,7 @@ const (
 	mgrCreating mgrLogState = iota // Create called, not returned
 	mgrLive                        // Create returned nil
 	mgrDeleting                    // Delete called, not returned
+	mgrDeleted                     // Delete returned nil
 )
 
 // mgrCrashWorkload writes to several logs under one Manager: it creates
