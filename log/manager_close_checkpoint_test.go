@@ -1,9 +1,6 @@
 package log
 
 import (
-	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,13 +13,7 @@ import (
 // writes no clean-shutdown markers (the next OpenManager recovers).
 func TestManagerCloseReportsCheckpointFailure(t *testing.T) {
 	mem := vfs.NewMem()
-	var armed atomic.Bool
-	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		if armed.Load() && op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, managerCheckpointFile+tmpSuffix) {
-			return vfs.Fault{Err: syscall.ENOSPC}
-		}
-		return vfs.Fault{}
-	}))
+	efs, armed := failCheckpointWrites(mem)
 	m, err := OpenManager(mgrCrashDir, mgrCrashOptions(efs))
 	require.NoError(t, err)
 	a, err := m.Create("a")

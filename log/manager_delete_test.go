@@ -32,13 +32,7 @@ func TestManagerDeleteThenCreate(t *testing.T) {
 
 func deleteThenCreate(t *testing.T, failDelete bool) {
 	mem := vfs.NewMem()
-	var armed atomic.Bool
-	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		if armed.Load() && op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, managerCheckpointFile+tmpSuffix) {
-			return vfs.Fault{Err: syscall.ENOSPC}
-		}
-		return vfs.Fault{}
-	}))
+	efs, armed := failCheckpointWrites(mem)
 	group := NewFlushGroup(1)
 	opts := ManagerOptions{
 		Log:                Options{FS: efs, SegmentBytes: 1 << 10, IndexIntervalBytes: 256, FlushGroup: group},
@@ -148,4 +142,17 @@ func TestManagerDeleteFailedRenameCanBeRetried(t *testing.T) {
 	a, err = m.Create("a")
 	require.NoError(t, err)
 	assert.Zero(t, a.LogEndOffset(), "Create returned the old log's data instead of a new, empty log")
+}
+
+// failCheckpointWrites returns a filesystem on inner where, once armed,
+// every write of the Manager's recovery-point checkpoint fails with
+// ENOSPC (its temporary file cannot be created).
+func failCheckpointWrites(inner vfs.FS) (*vfs.ErrorFS, *atomic.Bool) {
+	var armed atomic.Bool
+	return vfs.NewErrorFS(inner, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if armed.Load() && op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, managerCheckpointFile+tmpSuffix) {
+			return vfs.Fault{Err: syscall.ENOSPC}
+		}
+		return vfs.Fault{}
+	})), &armed
 }
