@@ -49,8 +49,10 @@ type TCPOptions struct {
 	// MaxFrameBytes is the largest frame, its 16-byte header included,
 	// that is read or written (default DefaultMaxFrameBytes; at least
 	// 4 KiB). A larger announced length is refused with ErrFrameTooLarge
-	// before anything is allocated for it; a server trims the records of
-	// a response that would exceed it.
+	// before anything is allocated for it. A transport asks for no more
+	// records than a response of this size holds, and a server sends no
+	// more (a request's MaxBytes is lowered to fit); a batch larger than
+	// that alone is never sent.
 	MaxFrameBytes int
 	// MaxRequestBytes is the largest fetch request frame, its header
 	// included, that a server reads and a transport sends (default
@@ -154,6 +156,11 @@ type TCPTransport struct {
 	idle   map[int32][]*tcpConn
 	conns  map[*tcpConn]struct{} // every open connection, idle or in use
 	closed bool
+
+	// closing is canceled by Close: it ends the dials in flight, whose
+	// connections are not in conns yet.
+	closing context.Context
+	cancel  context.CancelFunc
 }
 
 // tcpConn is one client connection; it is used by one Fetch at a time.
@@ -176,7 +183,8 @@ func NewTCPTransport(opts TCPOptions) (*TCPTransport, error) {
 	if o.Resolve == nil {
 		return nil, fmt.Errorf("replication: TCPOptions.Resolve is required by NewTCPTransport")
 	}
-	return &TCPTransport{opts: o, idle: map[int32][]*tcpConn{}, conns: map[*tcpConn]struct{}{}}, nil
+	closing, cancel := context.WithCancel(context.Background())
+	return &TCPTransport{opts: o, idle: map[int32][]*tcpConn{}, conns: map[*tcpConn]struct{}{}, closing: closing, cancel: cancel}, nil
 }
 
 // Fetch sends req to node leader and waits for its answer (see
@@ -284,10 +292,11 @@ func (t *TCPTransport) idleConn(node int32, addr string) (*tcpConn, error) {
 	return nil, nil
 }
 
-// dial opens a new connection to node at addr.
+// dial opens a new connection to node at addr; Close ends it.
 func (t *TCPTransport) dial(ctx context.Context, node int32, addr string) (*tcpConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, t.opts.DialTimeout)
 	defer cancel()
+	defer context.AfterFunc(t.closing, cancel)()
 	var nc net.Conn
 	var err error
 	if t.opts.TLSConfig != nil {
@@ -296,6 +305,9 @@ func (t *TCPTransport) dial(ctx context.Context, node int32, addr string) (*tcpC
 		nc, err = (&net.Dialer{}).DialContext(dctx, "tcp", addr)
 	}
 	if err != nil {
+		if t.closing.Err() != nil {
+			return nil, fmt.Errorf("%w: transport: dial node %d at %s: %w", ErrClosed, node, addr, err)
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("replication: dial node %d at %s: %w", node, addr, ctx.Err())
 		}
@@ -334,6 +346,11 @@ var longAgo = time.Unix(1, 0)
 // connection before answering.
 func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequest, buf []byte, sink fetchSink) (resp *FetchResponse, body []byte, keep, stale bool, err error) {
 	corr := t.corr.Add(1)
+	if m := framedMaxBytes(req, t.opts.MaxFrameBytes); m != req.MaxBytes {
+		fitted := *req
+		fitted.MaxBytes = m
+		req = &fitted
+	}
 	c.wbuf, err = appendFetchRequestFrame(c.wbuf[:0], corr, req)
 	if err != nil {
 		return nil, nil, true, false, err
@@ -431,6 +448,7 @@ func peerGone(err error) bool {
 // Close closes every connection; Fetch calls in flight fail and later
 // ones return ErrClosed. It is safe to call more than once.
 func (t *TCPTransport) Close() error {
+	t.cancel()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
@@ -684,6 +702,7 @@ func (s *TCPServer) decodeRequest(h frameHeader, body []byte) (*FetchRequest, er
 // answer has the handler serve req and writes its response, or an error
 // frame; it reports whether the connection may go on.
 func (s *TCPServer) answer(c *serverConn, corr uint64, req *FetchRequest) bool {
+	req.MaxBytes = framedMaxBytes(req, s.opts.MaxFrameBytes)
 	resp, err := s.handler.HandleFetch(s.ctx, req)
 	if err != nil {
 		return s.writeError(c, corr, err)

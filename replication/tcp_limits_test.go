@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/log"
 )
 
 // requestOfSize returns a fetch request whose frame takes exactly size
@@ -315,4 +318,47 @@ func TestTCPServerDropsLargeResponseBuffers(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	kept := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	require.Less(t, kept, int64(2<<20), "heap still grown by %d KiB with the connection idle", kept>>10)
+}
+
+// followerCatchesUpWithin waits up to d for the follower's log to end
+// where the leader's does.
+func followerCatchesUpWithin(t *testing.T, leader, follower *log.Log, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for follower.LogEndOffset() != leader.LogEndOffset() {
+		if time.Now().After(deadline) {
+			t.Fatalf("follower stuck at log end %d, leader's is %d", follower.LogEndOffset(), leader.LogEndOffset())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A follower whose FetchMaxBytes is above what a frame of the server's
+// (or its own transport's) MaxFrameBytes holds still catches up, a
+// frame's worth at a time. The server used to drop the records that did
+// not fit (nothing was ever sent, and the follower asked again at once),
+// and the transport to refuse the response it had asked for.
+func TestFetchMaxBytesAboveTheFrameLimitStillCatchesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		server, fetcher TCPOptions
+	}{
+		{"server limit", TCPOptions{MaxFrameBytes: 64 << 10}, TCPOptions{}},
+		{"transport limit", TCPOptions{}, TCPOptions{MaxFrameBytes: 64 << 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkGoroutines(t)
+			tp := TopicPartition{Topic: "t", Partition: 0}
+			cfg := Config{ClusterID: "c", FetchMaxWait: 50 * time.Millisecond, FetchBackoff: 10 * time.Millisecond}
+			reps := startTCPReplicasWith(t, 2, tp, cfg, log.Options{}, tc.server, tc.fetcher)
+			require.NoError(t, reps[0].rep.BecomeLeader(tp, 1, []int32{0, 1}, []int32{0}))
+			batch := batchOfSize(t, 4<<10)
+			for range 40 { // 160 KiB of 4 KiB batches, each fitting a frame
+				_, err := reps[0].rep.Produce(context.Background(), tp, slices.Clone(batch), AcksLeader)
+				require.NoError(t, err)
+			}
+			require.NoError(t, reps[1].rep.BecomeFollower(tp, 1, 0))
+			followerCatchesUpWithin(t, reps[0].log, reps[1].log, 3*time.Second)
+		})
+	}
 }

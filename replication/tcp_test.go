@@ -405,22 +405,7 @@ const (
 
 func fakeLeader(t *testing.T) *countingListener {
 	t.Helper()
-	ln := listen(t)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	serve := func(c net.Conn) {
-		defer wg.Done()
-		defer c.Close()
+	return serveRaw(t, func(c net.Conn) {
 		var hdr [frameHeaderSize]byte
 		for {
 			h, err := readFrameHeader(c, &hdr, DefaultMaxFrameBytes)
@@ -461,7 +446,28 @@ func fakeLeader(t *testing.T) *countingListener {
 				return
 			}
 		}
-	}
+	})
+}
+
+// serveRaw accepts connections on a new loopback listener and runs serve
+// on each in its own goroutine, which closes the connection when serve
+// returns; the cleanup closes the listener and the connections and waits
+// for the goroutines.
+func serveRaw(t *testing.T, serve func(net.Conn)) *countingListener {
+	t.Helper()
+	ln := listen(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -474,7 +480,11 @@ func fakeLeader(t *testing.T) *countingListener {
 			conns = append(conns, c)
 			wg.Add(1)
 			mu.Unlock()
-			go serve(c)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				serve(c)
+			}()
 		}
 	}()
 	return ln
@@ -694,6 +704,13 @@ func (r *tcpReplica) close(t testing.TB) {
 // transport and server on 127.0.0.1; the cleanup closes them all.
 func startTCPReplicas(t testing.TB, n int, tp TopicPartition, cfg Config, lopts log.Options) []*tcpReplica {
 	t.Helper()
+	return startTCPReplicasWith(t, n, tp, cfg, lopts, TCPOptions{}, TCPOptions{})
+}
+
+// startTCPReplicasWith is startTCPReplicas with the servers' and the
+// transports' options (the transports' Resolve is set here).
+func startTCPReplicasWith(t testing.TB, n int, tp TopicPartition, cfg Config, lopts log.Options, srvOpts, trOpts TCPOptions) []*tcpReplica {
+	t.Helper()
 	dirs := make([]string, n) // made first: removed after the replicas are closed
 	for i := range dirs {
 		dirs[i] = t.TempDir()
@@ -705,7 +722,7 @@ func startTCPReplicas(t testing.TB, n int, tp TopicPartition, cfg Config, lopts 
 		require.NoError(t, err)
 		lns[i], addrs[i] = ln, ln.Addr().String()
 	}
-	resolve := func(id int32) (string, error) {
+	trOpts.Resolve = func(id int32) (string, error) {
 		if id < 0 || int(id) >= len(addrs) {
 			return "", fmt.Errorf("unknown node %d", id)
 		}
@@ -722,14 +739,14 @@ func startTCPReplicas(t testing.TB, n int, tp TopicPartition, cfg Config, lopts 
 	for i := range reps {
 		l, err := log.Open(dirs[i], lopts)
 		require.NoError(t, err)
-		tr, err := NewTCPTransport(TCPOptions{Resolve: resolve})
+		tr, err := NewTCPTransport(trOpts)
 		require.NoError(t, err)
 		c := cfg
 		c.ReplicaID = int32(i)
 		rep, err := New(c, tr)
 		require.NoError(t, err)
 		require.NoError(t, rep.AddPartition(tp, l))
-		srv, err := NewTCPServer(rep, lns[i], TCPOptions{})
+		srv, err := NewTCPServer(rep, lns[i], srvOpts)
 		require.NoError(t, err)
 		reps[i] = &tcpReplica{id: int32(i), log: l, rep: rep, tr: tr, srv: srv}
 	}

@@ -236,6 +236,28 @@ func recordsLen(p *FetchPartitionResponse) int64 {
 // maxFrame loses the records of its last partitions (their headers stay,
 // so followers fetch them again) until it fits; dropped counts them. It
 // returns scratch, possibly grown, which b references until b.Reset.
+// recordsBudget is how many record bytes a response to req can carry in
+// a frame of at most maxFrame bytes, after its frame and partition
+// headers (negative when the headers alone exceed it).
+func recordsBudget(req *FetchRequest, maxFrame int) int64 {
+	budget := int64(maxFrame) - frameHeaderSize - 4
+	for i := range req.Partitions {
+		budget -= responsePartitionHeaderFixed + int64(len(req.Partitions[i].Topic))
+	}
+	return budget
+}
+
+// framedMaxBytes is req.MaxBytes lowered to what a response frame of at
+// most maxFrame bytes can carry, so that a leader sends what the frame
+// holds rather than records that would be dropped: a follower asking for
+// more would be answered, again and again, with nothing.
+func framedMaxBytes(req *FetchRequest, maxFrame int) int32 {
+	if budget := recordsBudget(req, maxFrame); budget > 0 && int64(req.MaxBytes) > budget {
+		return int32(budget)
+	}
+	return req.MaxBytes
+}
+
 func buildFetchResponse(b *send.Builder, scratch []byte, corr uint64, resp *FetchResponse, maxFrame int) (_ []byte, dropped int, _ error) {
 	total := int64(frameHeaderSize + 4)
 	for i := range resp.Partitions {

@@ -1,0 +1,55 @@
+package replication
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TCPTransport.Close fails a Fetch still dialling: here its TLS
+// handshake, which the peer never answers. The dial's context used to
+// ignore Close, so the Fetch ran on until DialTimeout and reported
+// ErrUnreachable.
+func TestTCPTransportCloseEndsAHandshakeInFlight(t *testing.T) {
+	checkGoroutines(t)
+	_, clientCfg := selfSigned(t)
+	ln := listen(t)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // held open, silent
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		select {
+		case c := <-accepted:
+			c.Close()
+		default:
+		}
+	})
+	tr, err := NewTCPTransport(TCPOptions{TLSConfig: clientCfg, DialTimeout: 4 * time.Second,
+		Resolve: func(int32) (string, error) { return ln.Addr().String(), nil }})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := tr.Fetch(context.Background(), 0, testRequest(1))
+		done <- err
+	}()
+	for ln.accepted.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the ClientHello is sent
+	start := time.Now()
+	require.NoError(t, tr.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(time.Second):
+		err := <-done
+		t.Fatalf("Fetch not failed by Close: returned after %v with %v", time.Since(start).Round(time.Millisecond), err)
+	}
+}
