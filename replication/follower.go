@@ -245,10 +245,8 @@ func (a *responseApplier) records(records []byte) {
 // endPartition finishes the current partition: fsync (unless
 // RelaxedDurability), high watermark and log start.
 func (a *responseApplier) endPartition() {
-	if a.appended > 0 {
-		a.total += a.appended
-		a.got = append(a.got, a.p.tp)
-	}
+	appended := a.appended
+	a.countAppended()
 	if !a.active {
 		return
 	}
@@ -260,7 +258,7 @@ func (a *responseApplier) endPartition() {
 		return
 	}
 	l := p.log
-	if a.appended > 0 && !a.n.cfg.RelaxedDurability {
+	if appended > 0 && !a.n.cfg.RelaxedDurability {
 		if err := l.Sync(); err != nil {
 			a.fail(err)
 			return
@@ -277,12 +275,23 @@ func (a *responseApplier) endPartition() {
 	}
 }
 
+// countAppended adds the current partition's appended bytes to the
+// response's, once.
+func (a *responseApplier) countAppended() {
+	if a.appended > 0 {
+		a.total += a.appended
+		a.got = append(a.got, a.p.tp)
+		a.appended = 0
+	}
+}
+
 // finish moves the partitions that got data to the end of the fetch
 // order and returns the bytes appended and the first error. complete says
 // the whole response arrived: only then does it count as a response
 // applied in Stats (a streamed one may fail after part of it was
 // applied, whose bytes count).
 func (a *responseApplier) finish(complete bool) (int64, error) {
+	a.countAppended() // a partition whose records were cut short
 	n := a.n
 	if complete {
 		n.stats.responses.Add(1)

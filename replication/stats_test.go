@@ -2,6 +2,8 @@ package replication
 
 import (
 	"context"
+	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -221,4 +223,62 @@ func TestReplicatorStatsCountOnlyAppliedStreamedFetches(t *testing.T) {
 	st := r.Stats()
 	require.Zero(t, st.FetchesApplied)
 	require.Zero(t, st.Partitions[0].Fetches)
+}
+
+// A streamed response cut inside a partition's records leaves the whole
+// batches that arrived appended, and they count in the node's
+// BytesFetched as in the partition's Bytes: the node total used to be
+// added up only when a partition's records ended.
+func TestStatsCountTheBytesOfAStreamCutMidPartition(t *testing.T) {
+	checkGoroutines(t)
+	tp := TopicPartition{Topic: "t", Partition: 0}
+	src, err := log.Open(t.TempDir(), log.Options{}) // the leader's log: 40 batches of 16 KiB
+	require.NoError(t, err)
+	defer src.Close()
+	batch := batchOfSize(t, 16<<10)
+	for range 40 {
+		_, err := src.AppendAsLeader(slices.Clone(batch), 1)
+		require.NoError(t, err)
+	}
+	records, err := src.Read(nil, 0, log.ReadOptions{MaxBytes: 1 << 30})
+	require.NoError(t, err)
+	// The first request gets the records with their last 8 KiB cut (the
+	// connection then closes); later ones are never answered.
+	var served atomic.Bool
+	ln := serveRaw(t, func(c net.Conn) {
+		var hdr [frameHeaderSize]byte
+		for {
+			h, err := readFrameHeader(c, &hdr, DefaultMaxFrameBytes)
+			if err != nil {
+				return
+			}
+			if _, err := readBody(c, h.bodyLen, nil, 0); err != nil || served.Swap(true) {
+				continue
+			}
+			frame, err := appendFetchResponseFrame(nil, h.corr, &FetchResponse{Partitions: []FetchPartitionResponse{{
+				TopicPartition: tp, LogEndOffset: src.LogEndOffset(), Records: records}}})
+			if err == nil {
+				_, _ = c.Write(frame[:len(frame)-8<<10])
+			}
+			return
+		}
+	})
+
+	l, err := log.Open(t.TempDir(), log.Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	tr, err := NewTCPTransport(TCPOptions{Resolve: func(int32) (string, error) { return ln.Addr().String(), nil }})
+	require.NoError(t, err)
+	defer tr.Close()
+	r, err := New(Config{ReplicaID: 1, ClusterID: "c", FetchMaxWait: 50 * time.Millisecond, FetchBackoff: 10 * time.Millisecond}, tr)
+	require.NoError(t, err)
+	defer r.Close()
+	require.NoError(t, r.AddPartition(tp, l))
+	require.NoError(t, r.BecomeFollower(tp, 1, 0))
+	require.Eventually(t, func() bool { return l.LogEndOffset() == 39*16 }, 5*time.Second, time.Millisecond,
+		"the 39 whole batches that arrived are appended")
+	time.Sleep(100 * time.Millisecond) // the fetcher has moved on
+	st := r.Stats()
+	require.Equal(t, logBytes(t, l), st.Partitions[0].Bytes, "partition Bytes")
+	require.Equal(t, logBytes(t, l), st.BytesFetched, "node BytesFetched")
 }
