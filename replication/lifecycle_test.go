@@ -131,3 +131,33 @@ func TestStatsNodeTotalsIncludeThePartitions(t *testing.T) {
 	require.GreaterOrEqual(t, st.BytesServed, bytes, "the node's bytes served are below the sum of its partitions' in one snapshot")
 	require.GreaterOrEqual(t, st.FetchesServed, min(fetches, 1), "a partition served a fetch the node's count lacks")
 }
+
+// A fetch served after Replicator.Close returns ErrClosed and changes
+// nothing: it used to track the follower first, growing the ISR through
+// OnISRChange (and moving the high watermark), and only then notice the
+// close.
+func TestHandleFetchAfterCloseChangesNothing(t *testing.T) {
+	var closed atomic.Bool
+	var afterClose atomic.Int32
+	cfg := Config{ReplicaID: 0, ClusterID: "c", OnISRChange: func(TopicPartition, int32, []int32) error {
+		if closed.Load() {
+			afterClose.Add(1)
+		}
+		return nil
+	}}
+	r, err := New(cfg, idleTransport{})
+	require.NoError(t, err)
+	l, err := log.Open(t.TempDir(), log.Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, r.AddPartition(ntp, l))
+	require.NoError(t, r.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0}))
+	require.NoError(t, r.Close())
+	closed.Store(true)
+
+	_, err = r.HandleFetch(context.Background(), &FetchRequest{ClusterID: "c", ReplicaID: 1, MaxBytes: 1 << 20, MaxWaitMs: 100,
+		Partitions: []FetchPartition{{TopicPartition: ntp, CurrentLeaderEpoch: 1, LastFetchedEpoch: log.NoLeaderEpoch}}})
+	require.ErrorIs(t, err, ErrClosed)
+	require.Zero(t, afterClose.Load(), "OnISRChange called after Close")
+	require.Equal(t, []int32{0}, r.Stats().Partitions[0].ISR, "the ISR changed after Close")
+}

@@ -168,7 +168,8 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 // HandleFetch serves a follower's fetch (FetchHandler), holding it while
 // there is nothing to send: up to MaxWaitMs, but never longer than this
 // node's own FetchMaxWait, so that a peer cannot pin a connection and its
-// goroutine for days. A fetch of no partitions is answered at once.
+// goroutine for days. A fetch of no partitions is answered at once. After
+// Close it returns ErrClosed and changes nothing.
 func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
 	resp, err := r.holdFetch(ctx, req)
 	if err == nil {
@@ -186,6 +187,11 @@ func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest) (*FetchRe
 	}
 	deadline := time.Now().Add(wait)
 	for {
+		if r.ctx.Err() != nil {
+			// Closed: serve nothing, so that no follower is tracked and
+			// no ISR change reported once Close returned.
+			return nil, ErrClosed
+		}
 		ch := r.newData.channel()
 		r.node.syncLedLogs(req)
 		resp, err := r.node.handleFetch(req, r.cfg.Now())
