@@ -379,6 +379,7 @@ func (f *flusher) deleteSegment(s *segment) (gone bool, err error) {
 	f.flushMu.Lock()
 	err = f.renameDeleted(s)
 	if err == nil {
+		s.deleted.Store(true)
 		f.forget(s)
 	}
 	f.flushMu.Unlock()
@@ -503,7 +504,9 @@ func (f *flusher) deleteAllPending() {
 }
 
 func (f *flusher) removeFiles(s *segment) {
+	s.syncMu.Lock() // not while a Sync that found s before its deletion fsyncs it
 	_ = s.close()
+	s.syncMu.Unlock()
 	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
 		if err := f.l.opts.FS.Remove(s.deletedPath(suffix)); err != nil && !os.IsNotExist(err) {
 			f.l.opts.Logger.Warn("replog/log: removing deleted segment file", "err", err)

@@ -57,8 +57,12 @@ type segment struct {
 	maxTS    atomic.Int64 // largest batch max timestamp, or NoTimestamp
 	durable  atomic.Int64 // bytes known to be fsynced
 	syncMu   sync.Mutex   // serializes fsyncs of file (see Log.syncSegment)
-	offIdx   offsetIndex
-	timeIdx  timeIndex
+	// deleted is set once s is no longer part of the log (its files
+	// renamed to *.deleted): a Sync that listed it before skips it, since
+	// the flusher may close its file at any time after (under syncMu).
+	deleted atomic.Bool
+	offIdx  offsetIndex
+	timeIdx timeIndex
 	// loadMu serializes loading (or rebuilding) the indexes of a segment
 	// whose index files are read lazily, by concurrent readers.
 	loadMu sync.Mutex

@@ -115,8 +115,8 @@ func (l *Log) syncSegment(s *segment) error {
 		return err
 	}
 	size := s.size.Load()
-	if s.durable.Load() >= size {
-		return nil
+	if s.durable.Load() >= size || s.deleted.Load() {
+		return nil // durable, or no longer in the log (its file may be closed)
 	}
 	if err := vfs.Datasync(s.file); err != nil {
 		return l.fail(err)

@@ -71,3 +71,61 @@ func TestSyncDuringTruncation(t *testing.T) {
 	got := readAllBatches(t, l2)
 	require.Equal(t, fresh, got[2:])
 }
+
+// TestSyncOfASegmentDeletedMeanwhile: a Sync fsyncing the active segment
+// while TruncateTo deletes it must not fail the log. The flusher used to
+// close a deleted segment's file after FileDeleteDelay whatever a Sync
+// was doing with it: the fsync then failed on a closed file, and the log
+// refused every Append and Sync until reopened, although no fsync had
+// failed. The file is now closed only once the fsync is done, and a Sync
+// that listed a segment before its deletion skips it.
+func TestSyncOfASegmentDeletedMeanwhile(t *testing.T) {
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	var blockOn atomic.Pointer[string]
+	entered, release := make(chan struct{}), make(chan struct{})
+	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if p := blockOn.Load(); op.Kind == vfs.OpSync && p != nil && op.Path == *p && armed.CompareAndSwap(true, false) {
+			close(entered) // before the fsync itself runs
+			<-release
+		}
+		return vfs.Fault{}
+	}))
+	opts := testLogOptions(efs)
+	opts.FileDeleteDelay = time.Millisecond
+	l := openLog(t, crashDir, opts)
+	for i := 0; len(l.segments()) < 3; i++ {
+		_, err := l.Append(testBatch(t, i))
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Sync())
+	waitRecoveryPoint(t, l)
+	_, err := l.Append(testBatch(t, 400)) // unsynced, in the active segment
+	require.NoError(t, err)
+	segs := l.segments()
+	active := segs[len(segs)-1]
+	name := active.path(logSuffix)
+	blockOn.Store(&name)
+	armed.Store(true)
+
+	done := make(chan error, 1)
+	go func() { done <- l.Sync() }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Sync never fsynced the active segment")
+	}
+	require.NoError(t, l.TruncateTo(segs[len(segs)-2].base+1)) // deletes the active segment
+	// Give the flusher time to remove the deleted files (it did, before
+	// the fix, within a few ms) before the fsync goes on.
+	for start := time.Now(); fileExists(mem, active.deletedPath(logSuffix)) && time.Since(start) < 200*time.Millisecond; {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	require.NoError(t, <-done, "Sync concurrent with TruncateTo")
+	_, err = l.Append(testBatch(t, 401))
+	require.NoError(t, err, "the log refuses appends after a Sync concurrent with TruncateTo")
+	require.NoError(t, l.Sync())
+	require.Eventually(t, func() bool { return !fileExists(mem, active.deletedPath(logSuffix)) }, 5*time.Second, time.Millisecond,
+		"the deleted segment's file is removed once the fsync is done")
+}
