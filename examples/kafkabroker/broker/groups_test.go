@@ -5,6 +5,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -200,5 +201,43 @@ func TestOffsetFetchV1EmptyGroupErrorsPerPartition(t *testing.T) {
 		if p.ErrorCode != errInvalidGroupID || p.Offset != -1 {
 			t.Errorf("partition %d: error %d, offset %d; want %d, -1", p.Partition, p.ErrorCode, p.Offset, errInvalidGroupID)
 		}
+	}
+}
+
+// TestOffsetCommitLargerThanABatch: a commit whose records do not fit one
+// batch of the offsets log (8 MiB: here 2,100 partitions with the largest
+// metadata allowed) is stored in several. It used to fail with
+// KAFKA_STORAGE_ERROR, which clients retry forever. (The test names one
+// partition 2,100 times, which takes the same bytes, to stay fast.)
+func TestOffsetCommitLargerThanABatch(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("c", 1); code != errNone {
+		t.Fatal(code)
+	}
+	rc := dial(t, b)
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version = 7
+	req.Group = "g"
+	req.Generation = -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = "c"
+	md := strings.Repeat("m", maxCommitMetadata)
+	for i := range 2100 {
+		p := kmsg.NewOffsetCommitRequestTopicPartition()
+		p.Offset = int64(i + 1)
+		p.Metadata = &md
+		rt.Partitions = append(rt.Partitions, p)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp := kmsg.NewPtrOffsetCommitResponse()
+	resp.Version = req.Version
+	if err := resp.ReadFrom(rc.request(req)); err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != errNone {
+		t.Fatalf("OffsetCommit of %d partitions with %d-byte metadata: error %d", len(rt.Partitions), len(md), code)
+	}
+	if v, ok := b.coord.offsets.get("g", topicPartition{"c", 0}); !ok || v.offset != 2100 {
+		t.Errorf("committed offset %+v (found %v), want 2100, the last in the request", v, ok)
 	}
 }

@@ -43,6 +43,16 @@ type offsetCommit struct {
 	committedOffset
 }
 
+const (
+	// maxOffsetsBatch bounds each batch of a commit: the offsets log
+	// refuses larger ones (its MaxBatchBytes is the default).
+	maxOffsetsBatch = replog.DefaultMaxBatchBytes
+	// maxRecordOverhead bounds what a record adds to a batch besides its
+	// key and value: its length, attributes, deltas, key and value
+	// lengths and header count, as varints.
+	maxRecordOverhead = 40
+)
+
 var noProducer = replog.BatchOptions{
 	ProducerID:    replog.NoProducerID,
 	ProducerEpoch: replog.NoProducerEpoch,
@@ -115,18 +125,27 @@ func (s *offsetStore) commit(group string, commits []offsetCommit) error {
 	defer s.mu.Unlock()
 	now := time.Now().UnixMilli()
 	s.bb.Reset(noProducer)
+	batches := s.buf[:0]
 	var key, value []byte
+	var err error
 	for _, c := range commits {
 		key = encodeOffsetKey(key[:0], group, c.tp)
 		value = encodeOffsetValue(value[:0], c.committedOffset, now)
+		// A commit of thousands of partitions with long metadata does not
+		// fit one batch: it takes several, appended together.
+		if s.bb.Len() > 0 && replog.BatchHeaderSize+s.bb.BodySize()+len(key)+len(value)+maxRecordOverhead > maxOffsetsBatch {
+			if batches, err = s.bb.Build(batches); err != nil {
+				return err
+			}
+			s.bb.Reset(noProducer)
+		}
 		s.bb.Add(now, key, value)
 	}
-	batch, err := s.bb.Build(s.buf[:0])
-	if err != nil {
+	if batches, err = s.bb.Build(batches); err != nil {
 		return err
 	}
-	s.buf = batch
-	if _, err := s.log.Append(batch); err != nil {
+	s.buf = batches
+	if _, err := s.log.Append(batches); err != nil {
 		return err
 	}
 	if err := s.log.Sync(); err != nil {
