@@ -41,10 +41,11 @@ func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 			case len(tp.Records) == 0:
 				rp.ErrorCode = errCorruptMessage
 				continue
-			case hasControlBatch(tp.Records):
+			case hasTransactionBatch(tp.Records):
 				// Transaction markers are the coordinator's to write (Kafka:
 				// "Clients are not allowed to write control records"); a
-				// forged one would fence any producer id.
+				// forged one would fence any producer id. A transactional
+				// batch would open a transaction nothing ends.
 				rp.ErrorCode = errInvalidRecord
 				continue
 			}
@@ -94,16 +95,17 @@ func produceFailed(resp *kmsg.ProduceResponse) bool {
 	return false
 }
 
-// hasControlBatch reports whether records holds a control batch (a
-// transaction marker). Bytes that do not split into batches are left to
-// AppendAsLeader, which refuses them with a precise error.
-func hasControlBatch(records []byte) bool {
+// hasTransactionBatch reports whether records holds a control batch (a
+// transaction marker) or a transactional one. Bytes that do not split
+// into batches are left to AppendAsLeader, which refuses them with a
+// precise error.
+func hasTransactionBatch(records []byte) bool {
 	for rest := records; len(rest) > 0; {
 		b, r, err := replog.SplitBatch(rest)
 		if err != nil {
 			return false
 		}
-		if b.IsControl() {
+		if b.IsControl() || b.IsTransactional() {
 			return true
 		}
 		rest = r

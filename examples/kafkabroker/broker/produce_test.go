@@ -191,3 +191,28 @@ func TestProduceRefusesControlBatches(t *testing.T) {
 		t.Errorf("idempotent producer's next batch after the forged marker: error %d, want 0", got.ErrorCode)
 	}
 }
+
+// TestProduceRefusesTransactionalBatches: a batch marked transactional in
+// a request without a transactional id was stored, opening a transaction
+// that no marker would ever end, though the broker refuses transactional
+// producers (Kafka refuses such a request too).
+func TestProduceRefusesTransactionalBatches(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("txn", 1); code != errNone {
+		t.Fatal(code)
+	}
+	rc := dial(t, b)
+	pid := initProducerID(t, rc)
+	const attrTransactional = 0x10
+	bb := replog.NewBatchBuilder()
+	bb.Reset(replog.BatchOptions{ProducerID: pid, ProducerEpoch: 0, BaseSequence: 0, Attributes: attrTransactional})
+	bb.Add(1_700_000_000_000, nil, []byte("v"))
+	batch, err := bb.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := produceRecords(t, rc, "txn", batch); got.ErrorCode != errInvalidRecord {
+		t.Errorf("transactional batch: error %d, want %d (INVALID_RECORD); log end offset now %d",
+			got.ErrorCode, errInvalidRecord, b.partition("txn", 0).log.LogEndOffset())
+	}
+}
