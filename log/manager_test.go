@@ -689,6 +689,18 @@ func TestManagerCheckpointFile(t *testing.T) {
 	empty, err := decodeNamedCheckpoint(encodeNamedCheckpoint(nil))
 	require.NoError(t, err)
 	require.Empty(t, empty)
+	// 70,000 logs with 250-byte names take 18 MB, which the reader used to
+	// refuse (16 MiB) although the writer wrote it.
+	many := make(map[string]int64, 70000)
+	prefix := strings.Repeat("t", 240)
+	for i := range 70000 {
+		many[fmt.Sprintf("%s-%09d", prefix, i)] = int64(i)
+	}
+	data := encodeNamedCheckpoint(many)
+	require.Greater(t, len(data), 16<<20)
+	out, err = decodeNamedCheckpoint(data)
+	require.NoError(t, err)
+	require.Equal(t, many, out)
 
 	for _, bad := range []string{
 		"",
