@@ -8,7 +8,9 @@
 // It enqueues jobs from two producers, lets a "mailer" group handle part of
 // them and stop, reopens everything (as after a restart), lets the group
 // resume where it committed, has an "audit" group read every job on its own,
-// and checks that each job was handled exactly once per group.
+// and checks that each job was handled exactly once per group. Run again
+// with the same -dir, each group starts at its committed offset: both handle
+// the jobs of the new run.
 package main
 
 import (
@@ -82,9 +84,9 @@ func run(ctx context.Context, w io.Writer, dir string, jobs int) (err error) {
 	total := 2 * jobs
 	fmt.Fprintf(w, "enqueued %d jobs from 2 producers in %s\n", total, dir)
 
-	// The mailer handles about a third, commits, and stops.
+	// The mailer handles about a third (at least one), commits, and stops.
 	done := make(map[string]int) // payload -> times handled by the mailer
-	handled, _, err := consume(ctx, q, "mailer", total/3, done)
+	handled, _, err := consume(ctx, q, "mailer", max(total/3, 1), done)
 	if err != nil {
 		return err
 	}
@@ -105,11 +107,11 @@ func run(ctx context.Context, w io.Writer, dir string, jobs int) (err error) {
 	}
 	fmt.Fprintf(w, "mailer: reopened the queue, resumed at offset %d, handled the other %d jobs\n", resumed, rest)
 	audit := make(map[string]int)
-	audited, _, err := consume(ctx, q, "audit", total, audit)
+	audited, from, err := consume(ctx, q, "audit", total, audit)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "audit: read all %d jobs on its own\n", audited)
+	fmt.Fprintf(w, "audit: read all %d jobs on its own, from offset %d\n", audited, from)
 
 	for group, seen := range map[string]map[string]int{"mailer": done, "audit": audit} {
 		if len(seen) != total {

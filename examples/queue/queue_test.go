@@ -28,6 +28,19 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunOneJobEach: with -jobs 1 the mailer still handles a job before
+// it stops (a third of two jobs rounded down to none, and the report said
+// "handled 0 jobs, committed").
+func TestRunOneJobEach(t *testing.T) {
+	var out strings.Builder
+	if err := run(context.Background(), &out, t.TempDir(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if want := "mailer: handled 1 jobs, committed, stopped"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+}
+
 // poll returns the payloads of the next jobs of c.
 func poll(t *testing.T, c *Consumer) []string {
 	t.Helper()

@@ -43,6 +43,9 @@ func TestRerunReportsTheResumeOffset(t *testing.T) {
 	if want := "resumed at offset 800,"; !strings.Contains(second.String(), want) {
 		t.Errorf("second run's report lacks %q (the mailer's real resume offset):\n%s", want, second.String())
 	}
+	if want := "audit: read all 600 jobs on its own, from offset 600"; !strings.Contains(second.String(), want) {
+		t.Errorf("second run's report lacks %q (the audit group reads this run's jobs):\n%s", want, second.String())
+	}
 }
 
 // TestBadCheckpointIsErrCorrupt: a checkpoint file that decodes to no rows
