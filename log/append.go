@@ -1,6 +1,7 @@
 package log
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -58,8 +59,10 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // the log and visible to readers, the returned AppendInfo describes them,
 // and the error wraps ErrSyncFailed. They are not acknowledged as
 // durable, and the Log refuses further appends until it is reopened
-// (recovery then keeps or drops them). The caller may reuse batches when
-// Append returns.
+// (recovery then keeps or drops them). An append whose fsync a Close
+// overtakes returns once Close is done: nil, since Close's fsync made its
+// batches durable, or that fsync's failure. The caller may reuse batches
+// when Append returns.
 func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, error) {
 	if leaderEpoch < NoLeaderEpoch {
 		return AppendInfo{}, fmt.Errorf("%w: leader epoch %d", ErrInvalidRecord, leaderEpoch)
@@ -224,7 +227,7 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 		if l.opts.SyncEveryAppend && l.DurableOffset() <= dup.LastOffset {
 			// The original may still be in its fsync, which may fail: the
 			// retry is acknowledged only once it is durable.
-			if err := l.Sync(); err != nil {
+			if err := l.syncWritten(); err != nil {
 				return dup, err
 			}
 		}
@@ -273,11 +276,25 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 	l.waiters.wake()
 	l.stats.appended(info)
 	if syncNow {
-		if err := l.Sync(); err != nil {
+		if err := l.syncWritten(); err != nil {
 			return info, err
 		}
 	}
 	return info, nil
+}
+
+// syncWritten is the Sync of an append whose batches are written. A Close
+// that began meanwhile makes Sync return ErrClosed, which would read as a
+// refused append although the batches are in the log: it waits instead
+// for Close, whose clean shutdown fsyncs them, and returns its failure
+// (wrapping ErrSyncFailed) if that fsync failed, else nil.
+func (l *Log) syncWritten() error {
+	err := l.Sync()
+	if !errors.Is(err, ErrClosed) {
+		return err
+	}
+	<-l.closeDone
+	return l.failedErr()
 }
 
 // checkProducers stages the producer-state updates of an append: for a
