@@ -3,6 +3,8 @@ package replication
 import (
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,4 +162,186 @@ func TestHandleFetchAfterCloseChangesNothing(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.Zero(t, afterClose.Load(), "OnISRChange called after Close")
 	require.Equal(t, []int32{0}, r.Stats().Partitions[0].ISR, "the ISR changed after Close")
+}
+
+// slowStopTransport is a Transport that honours ctx but needs a moment to
+// wind down once it ends (as a real transport closing a connection does):
+// it reports the cancellation on canceled, then returns on release.
+type slowStopTransport struct {
+	canceled chan struct{}
+	release  chan struct{}
+	returned atomic.Bool
+}
+
+func (s *slowStopTransport) Fetch(ctx context.Context, _ int32, _ *FetchRequest) (*FetchResponse, error) {
+	<-ctx.Done()
+	close(s.canceled)
+	<-s.release
+	s.returned.Store(true)
+	return nil, ctx.Err()
+}
+
+// A second Replicator.Close, concurrent with the first, waits as the
+// first does for the fetchers: it used to return at once, and a caller
+// that then closed the logs (close the Replicator, then the logs, as the
+// package documentation says) raced a fetcher still running.
+func TestReplicatorConcurrentCloseWaits(t *testing.T) {
+	tr := &slowStopTransport{canceled: make(chan struct{}), release: make(chan struct{})}
+	r, err := New(Config{ReplicaID: 1, ClusterID: "c"}, tr)
+	require.NoError(t, err)
+	l, err := log.Open(t.TempDir(), log.Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, r.AddPartition(ntp, l))
+	require.NoError(t, r.BecomeFollower(ntp, 1, 0))
+
+	first := make(chan error, 1)
+	go func() { first <- r.Close() }()
+	<-tr.canceled // the first Close canceled the fetch and waits for the fetcher
+
+	second := make(chan error, 1)
+	go func() { second <- r.Close() }()
+	select {
+	case err := <-second:
+		stillRunning := !tr.returned.Load()
+		close(tr.release)
+		<-first
+		require.NoError(t, err)
+		require.False(t, stillRunning, "a concurrent Replicator.Close returned while the fetcher it must wait for was still running")
+	case <-time.After(300 * time.Millisecond):
+		close(tr.release) // the second Close waited: fine
+		require.NoError(t, <-first)
+		require.NoError(t, <-second)
+	}
+}
+
+// A second TCPServer.Close, concurrent with the first, waits for the
+// server's goroutines too: it used to return while a connection goroutine
+// was still in the handler.
+func TestTCPServerConcurrentCloseWaits(t *testing.T) {
+	entered, canceled, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var returned atomic.Bool
+	h := handlerFunc(func(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+		close(entered)
+		<-ctx.Done()
+		close(canceled)
+		<-release // a handler finishing its work after the server's context ended
+		returned.Store(true)
+		return nil, ErrClosed
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s, err := NewTCPServer(h, ln, TCPOptions{})
+	require.NoError(t, err)
+	tr, err := NewTCPTransport(TCPOptions{Resolve: func(int32) (string, error) { return ln.Addr().String(), nil }})
+	require.NoError(t, err)
+	defer tr.Close()
+	go func() {
+		_, _ = tr.Fetch(context.Background(), 0, &FetchRequest{ClusterID: "c", ReplicaID: 1, MaxBytes: 1 << 20, MaxWaitMs: 10,
+			Partitions: []FetchPartition{{TopicPartition: ntp, CurrentLeaderEpoch: 1, LastFetchedEpoch: log.NoLeaderEpoch}}})
+	}()
+	// Wait until the handler runs, then close.
+	first := make(chan error, 1)
+	<-entered
+	go func() { first <- s.Close() }()
+	<-canceled
+
+	second := make(chan error, 1)
+	go func() { second <- s.Close() }()
+	select {
+	case err := <-second:
+		stillRunning := !returned.Load()
+		close(release)
+		<-first
+		require.NoError(t, err)
+		require.False(t, stillRunning, "a concurrent TCPServer.Close returned while a connection goroutine was still in the handler")
+	case <-time.After(300 * time.Millisecond):
+		close(release)
+		require.NoError(t, <-first)
+		require.NoError(t, <-second)
+	}
+}
+
+// A Produce whose context already ended appends nothing and returns the
+// context's error: an acks=all one used to append (and fsync) the batch,
+// then report the error, so that a retry stored the records twice.
+func TestProduceWithAnEndedContextAppendsNothing(t *testing.T) {
+	checkGoroutines(t)
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c"}, idleTransport{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	l, err := log.Open(t.TempDir(), log.Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, r.AddPartition(ntp, l))
+	both := []int32{0, 1}
+	require.NoError(t, r.BecomeLeader(ntp, 1, both, both))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, acks := range []Acks{AcksNone, AcksLeader, AcksAll} {
+		_, err = r.Produce(ctx, ntp, testBatch(t, "dead ctx"), acks)
+		require.ErrorIs(t, err, context.Canceled, "acks %d", acks)
+		require.Zero(t, l.LogEndOffset(), "acks %d: Produce returned %v yet appended its batch", acks, err)
+	}
+}
+
+// A HandleFetch in progress when Close begins (here in the leader's
+// fsync of unsynced acks=1 data) tracks no follower and reports no ISR
+// change: it used to check for Close only before that fsync, and grow the
+// ISR through OnISRChange after Close had returned.
+func TestHandleFetchInProgressDuringCloseChangesNothing(t *testing.T) {
+	checkGoroutines(t)
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	fsys := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpSync && strings.HasSuffix(op.Path, ".log") && armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+		return vfs.Fault{}
+	}))
+	var isrChanges atomic.Int32
+	cfg := Config{ReplicaID: 0, ClusterID: "c", OnISRChange: func(TopicPartition, int32, []int32) error {
+		isrChanges.Add(1)
+		return nil
+	}}
+	r, err := New(cfg, idleTransport{})
+	require.NoError(t, err)
+	l, err := log.Open("/leader", log.Options{FS: fsys})
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, r.AddPartition(ntp, l))
+	require.NoError(t, r.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0}))
+	_, err = r.Produce(context.Background(), ntp, testBatch(t, "unsynced"), AcksLeader)
+	require.NoError(t, err)
+
+	armed.Store(true)
+	var released atomic.Bool
+	unblock := func() {
+		if released.CompareAndSwap(false, true) {
+			close(release)
+		}
+	}
+	defer unblock() // before l.Close, also when the test fails
+	fetched := make(chan error, 1)
+	go func() {
+		// Follower 1 has caught up: the leader would add it to the ISR.
+		_, err := r.HandleFetch(context.Background(), &FetchRequest{ClusterID: "c", ReplicaID: 1, MaxBytes: 1 << 20, MaxWaitMs: 100,
+			Partitions: []FetchPartition{{TopicPartition: ntp, CurrentLeaderEpoch: 1, FetchOffset: l.LogEndOffset(), LastFetchedEpoch: 1}}})
+		fetched <- err
+	}()
+	<-entered // the fetch is in the leader's fsync
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	require.Eventually(t, func() bool { return r.ctx.Err() != nil }, 5*time.Second, time.Millisecond)
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a HandleFetch was in progress")
+	case <-time.After(50 * time.Millisecond):
+	}
+	unblock()
+	require.NoError(t, <-closed)
+	require.ErrorIs(t, <-fetched, ErrClosed)
+	require.Zero(t, isrChanges.Load(), "OnISRChange called for a fetch that Close ended")
+	require.Equal(t, []int32{0}, r.Stats().Partitions[0].ISR, "the ISR changed")
 }

@@ -28,6 +28,11 @@ type Replicator struct {
 	mu     sync.Mutex
 	loops  map[int32]chan struct{} // leader id -> kick channel of its fetcher
 	closed bool
+	// ops counts the calls in progress that change state (Produce,
+	// HandleFetch, BecomeLeader, AddPartition), begun under mu while not
+	// closed: Close waits for them, so that none acts once it returned.
+	ops       sync.WaitGroup
+	closeDone chan struct{} // closed when the first Close is done
 
 	newData waitBroadcast
 	ctx     context.Context
@@ -45,7 +50,8 @@ func New(cfg Config, t Transport) (*Replicator, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Replicator{node: node, cfg: node.cfg, transport: t, loops: map[int32]chan struct{}{}, ctx: ctx, cancel: cancel}
+	r := &Replicator{node: node, cfg: node.cfg, transport: t, loops: map[int32]chan struct{}{}, ctx: ctx, cancel: cancel,
+		closeDone: make(chan struct{})}
 	r.wg.Add(1)
 	go r.tickLoop()
 	return r, nil
@@ -54,9 +60,26 @@ func New(cfg Config, t Transport) (*Replicator, error) {
 // Node returns the protocol core, for inspection.
 func (r *Replicator) Node() *Node { return r.node }
 
-// AddPartition hosts tp, backed by l (see Node.AddPartition).
+// AddPartition hosts tp, backed by l (see Node.AddPartition). After
+// Close it returns ErrClosed and changes nothing.
 func (r *Replicator) AddPartition(tp TopicPartition, l *log.Log) error {
+	if !r.begin() {
+		return ErrClosed
+	}
+	defer r.ops.Done()
 	return r.node.AddPartition(tp, l)
+}
+
+// begin starts a call that Close must wait for; it reports false, and
+// starts nothing, once Close began. The caller calls r.ops.Done.
+func (r *Replicator) begin() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.ops.Add(1)
+	return true
 }
 
 // RemovePartition stops replicating tp and forgets it.
@@ -65,9 +88,10 @@ func (r *Replicator) RemovePartition(tp TopicPartition) { r.node.RemovePartition
 // BecomeLeader makes this node the leader of tp (see Node.BecomeLeader).
 // After Close it returns ErrClosed and changes nothing.
 func (r *Replicator) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int32) error {
-	if r.ctx.Err() != nil {
+	if !r.begin() {
 		return ErrClosed
 	}
+	defer r.ops.Done()
 	if err := r.node.BecomeLeader(tp, epoch, replicas, isr, r.cfg.Now()); err != nil {
 		return err
 	}
@@ -119,14 +143,19 @@ func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp)
 // pass a ctx with a deadline. Retries of an idempotent producer's
 // batches return the original offsets. Acks other than AcksNone,
 // AcksLeader and AcksAll fail with ErrInvalidAcks, and a Produce after
-// Close fails with ErrClosed; neither appends anything. An append the log
+// Close fails with ErrClosed, and one whose ctx already ended with ctx's
+// error; none of these appends anything. An append the log
 // refuses returns the log's error (log.ErrOutOfOrderSequence,
 // log.ErrCorrupt...), wrapped in ErrStorage when the log has failed
 // (log.ErrSyncFailed), as is a failed fsync of the leader's log with
 // AcksAll.
 func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, error) {
-	if r.ctx.Err() != nil {
+	if !r.begin() {
 		return log.AppendInfo{}, ErrClosed
+	}
+	defer r.ops.Done()
+	if err := ctx.Err(); err != nil {
+		return log.AppendInfo{}, err // appends nothing
 	}
 	info, p, leadCtx, err := r.node.appendAsLeader(tp, batches, acks)
 	if err != nil {
@@ -171,6 +200,10 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 // goroutine for days. A fetch of no partitions is answered at once. After
 // Close it returns ErrClosed and changes nothing.
 func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+	if !r.begin() {
+		return nil, ErrClosed
+	}
+	defer r.ops.Done()
 	resp, err := r.holdFetch(ctx, req)
 	if err == nil {
 		r.node.countServed(resp)
@@ -187,13 +220,13 @@ func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest) (*FetchRe
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		if r.ctx.Err() != nil {
-			// Closed: serve nothing, so that no follower is tracked and
-			// no ISR change reported once Close returned.
-			return nil, ErrClosed
-		}
 		ch := r.newData.channel()
 		r.node.syncLedLogs(req)
+		if r.ctx.Err() != nil {
+			// Closing: serve nothing, so that no follower is tracked and
+			// no ISR change reported once Close began.
+			return nil, ErrClosed
+		}
 		resp, err := r.node.handleFetch(req, r.cfg.Now())
 		if err != nil || hasNews(resp) {
 			return resp, err
@@ -326,12 +359,17 @@ func (r *Replicator) tickLoop() {
 	}
 }
 
-// Close stops every fetcher and the ticker and waits for them. It does
-// not close the partitions' logs, which belong to the application.
+// Close stops every fetcher and the ticker and waits for them, and for
+// the Produce, HandleFetch, BecomeLeader and AddPartition calls in
+// progress, which it ends (acks=all waits and held fetches return
+// ErrClosed); once it returned, no call changes anything. A concurrent or
+// later Close waits for the first. It does not close the partitions'
+// logs, which belong to the application.
 func (r *Replicator) Close() error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		<-r.closeDone // a concurrent Close waits as the first one does
 		return nil
 	}
 	r.closed = true
@@ -339,6 +377,8 @@ func (r *Replicator) Close() error {
 	r.cancel()
 	r.newData.wake()
 	r.wg.Wait()
+	r.ops.Wait()
+	close(r.closeDone)
 	return nil
 }
 

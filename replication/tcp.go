@@ -219,6 +219,9 @@ func (t *TCPTransport) fetch(ctx context.Context, leader int32, req *FetchReques
 	if err := ctx.Err(); err != nil {
 		return nil, buf, err
 	}
+	if t.closing.Err() != nil {
+		return nil, buf, fmt.Errorf("%w: transport", ErrClosed)
+	}
 	addr, err := t.opts.Resolve(leader)
 	if err != nil {
 		return nil, buf, fmt.Errorf("%w: node %d: %w", ErrUnreachable, leader, err)
@@ -488,9 +491,10 @@ type TCPServer struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	closed    bool
+	closeDone chan struct{} // closed when the first Close is done
 }
 
 // NewTCPServer serves handler on ln (wrapped with opts.TLSConfig when set)
@@ -507,7 +511,7 @@ func NewTCPServer(handler FetchHandler, ln net.Listener, opts TCPOptions) (*TCPS
 		ln = tls.NewListener(ln, o.TLSConfig)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &TCPServer{handler: handler, ln: ln, opts: o, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	s := &TCPServer{handler: handler, ln: ln, opts: o, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, closeDone: make(chan struct{})}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
@@ -746,6 +750,7 @@ func (s *TCPServer) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		<-s.closeDone // a concurrent Close waits as the first one does
 		return nil
 	}
 	s.closed = true
@@ -760,6 +765,7 @@ func (s *TCPServer) Close() error {
 		_ = c.Close()
 	}
 	s.wg.Wait()
+	close(s.closeDone)
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
