@@ -345,3 +345,18 @@ func TestHandleFetchInProgressDuringCloseChangesNothing(t *testing.T) {
 	require.Zero(t, isrChanges.Load(), "OnISRChange called for a fetch that Close ended")
 	require.Equal(t, []int32{0}, r.Stats().Partitions[0].ISR, "the ISR changed")
 }
+
+// AddPartition after Close returns ErrClosed (it used to host the
+// partition, and mark its log to retain what is above the high
+// watermark, on a Replicator that would never replicate it).
+func TestAddPartitionAfterCloseIsClosed(t *testing.T) {
+	r, err := New(Config{ReplicaID: 0, ClusterID: "c"}, idleTransport{})
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	l, err := log.Open(t.TempDir(), log.Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	require.ErrorIs(t, r.AddPartition(ntp, l), ErrClosed)
+	_, ok := r.Node().Log(ntp)
+	require.False(t, ok, "the partition was added")
+}

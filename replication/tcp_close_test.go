@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -52,4 +53,14 @@ func TestTCPTransportCloseEndsAHandshakeInFlight(t *testing.T) {
 		err := <-done
 		t.Fatalf("Fetch not failed by Close: returned after %v with %v", time.Since(start).Round(time.Millisecond), err)
 	}
+}
+
+// A Fetch after TCPTransport.Close reports ErrClosed, before resolving
+// the node: a Resolve error used to come back as ErrUnreachable.
+func TestTCPTransportFetchAfterCloseIsClosed(t *testing.T) {
+	tr, err := NewTCPTransport(TCPOptions{Resolve: func(int32) (string, error) { return "", errors.New("no such node") }})
+	require.NoError(t, err)
+	require.NoError(t, tr.Close())
+	_, err = tr.Fetch(context.Background(), 0, testRequest(1))
+	require.ErrorIs(t, err, ErrClosed)
 }
