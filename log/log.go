@@ -293,6 +293,7 @@ func (l *Log) cleanShutdown() error {
 	if err := l.syncData(); err != nil {
 		return l.fail(err)
 	}
+	l.markDurable(l.leo.Load()) // for DurableOffset and Stats after Close
 	if ts := act.maxTS.Load(); ts != NoTimestamp {
 		// The final entry, as at a roll; an empty segment gets none (an
 		// entry at its base would be past the log end, and make the next

@@ -905,6 +905,9 @@ func TestCloseIsIdempotentAndFinal(t *testing.T) {
 	appendN(t, l, 3, 0)
 	require.NoError(t, l.Close())
 	require.NoError(t, l.Close())
+	// Close fsynced everything: DurableOffset says so (it used to keep
+	// the last Sync's figure).
+	require.Equal(t, l.LogEndOffset(), l.DurableOffset())
 
 	calls := map[string]func() error{
 		"Append":           func() error { _, err := l.Append(buildBatch(t, 1, 1, 0)); return err },
