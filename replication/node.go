@@ -74,7 +74,7 @@ func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
 		return fmt.Errorf("replication: partition %s already added", tp)
 	}
 	l.RetainAboveHighWatermark()
-	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1, leaderLEO: -1}
+	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1, leaderLEO: -1, followed: log.NoLeaderEpoch}
 	return nil
 }
 
@@ -101,7 +101,11 @@ func (n *Node) Log(tp TopicPartition) (*log.Log, bool) {
 // replica set (including this node, and at least MinInsyncReplicas
 // replicas, else ErrInvalidAssignment) and ISR. Followers are expected to
 // fetch; until they do, the high watermark waits for the ISR members. A
-// stale epoch returns ErrStaleEpoch. Repeating the epoch this node leads
+// stale epoch returns ErrStaleEpoch, and so does the epoch this node
+// followed another leader at, even after StopPartition: an epoch has one
+// leader. (A node knows only the roles it had since AddPartition: the
+// application must never give one epoch to two nodes, across restarts
+// too.) Repeating the epoch this node leads
 // changes nothing: the ISR it carries may predate changes persisted since
 // through OnISRChange (change the ISR or replicas with a newer epoch).
 // Leading at a newer epoch fails the acks=all produces waiting at the
@@ -121,7 +125,7 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if epoch < p.epoch || (epoch == p.epoch && p.role != RoleLeader && p.role != RoleNone) {
+	if epoch < p.epoch || (epoch == p.epoch && (p.role != RoleLeader && p.role != RoleNone || p.followed == epoch)) {
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
@@ -205,7 +209,7 @@ func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
 	p.endLeadership()
-	p.role, p.epoch, p.leader = RoleFollower, epoch, leader
+	p.role, p.epoch, p.leader, p.followed = RoleFollower, epoch, leader, epoch
 	p.followers, p.isr, p.replicas = nil, nil, nil
 	p.backoffUntil, p.leaderLEO = time.Time{}, -1
 	n.unfollowLocked(p)

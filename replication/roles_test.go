@@ -266,3 +266,21 @@ func TestReplicatorAfterCloseChangesNothing(t *testing.T) {
 	require.Equal(t, []int32{0}, ps.Replicas)
 	require.Equal(t, int32(1), l.LatestEpoch(), "no epoch 2 began in the log")
 }
+
+// A node that followed at epoch 5 refuses to lead epoch 5 after
+// StopPartition too: it used to accept, and the two leaders of epoch 5
+// then wrote different batches at the same offsets under the same epoch,
+// which no divergence check tells apart (a third replica kept the other
+// leader's batch).
+func TestStoppedFollowerRefusesLeadershipAtItsEpoch(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	all := []int32{0, 1, 2}
+	require.NoError(t, leader.node.BecomeLeader(ntp, 5, all, all, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 5, 0))
+	leader.produce(t, 2, AcksLeader)
+	fetchOnce(t, f, leader, ntime)
+	f.node.StopPartition(ntp)
+	require.ErrorIs(t, f.node.BecomeLeader(ntp, 5, all, all, ntime), ErrStaleEpoch)
+	require.NoError(t, f.node.BecomeLeader(ntp, 6, all, all, ntime), "a newer epoch is fine")
+}
