@@ -101,7 +101,12 @@
 //     growing (FuzzRecovery). An empty last segment after a follower's
 //     gap, left by a roll whose append was lost, is removed, so that the
 //     log ends at its last batch (as it does after TruncateTo) rather than
-//     claiming the gap. Options.MaxBatchBytes limits appends only:
+//     claiming the gap. A gap between segments past the recovery point is
+//     what a crash leaves (the earlier segment lost its tail), unless the
+//     recovery point could not be read (a damaged file, or a Manager's
+//     damaged checkpoint): a follower's gap below it looks the same, and
+//     Open then fails with ErrCorrupt rather than delete the data after
+//     it. Options.MaxBatchBytes limits appends only:
 //     recovery and Readers accept any batch that fits in its segment file
 //     and matches its CRC. Missing or invalid index files of other
 //     segments are rebuilt when first used. What a reader sees after

@@ -11,6 +11,11 @@ type loadCheckpoints struct {
 	logStart int64 // the checkpointed log start offset
 }
 
+// rpKnown reports whether rp is the recovery point last checkpointed: read,
+// or none ever written (a log that never checkpointed one has no gap
+// below it), rather than 0 in place of an unreadable one.
+func (cp loadCheckpoints) rpKnown() bool { return cp.rpOK || !cp.rpLeft }
+
 // readLoadCheckpoints reads the clean-shutdown marker, the recovery point
 // and the log start offset. An unreadable marker or recovery point makes
 // load recover; an unreadable log start offset is an error.

@@ -416,7 +416,10 @@ func (l *Log) persistRecoveryPoint(rp int64, urgent bool) error {
 
 func (l *Log) loadRecoveryPoint() (int64, bool, error) {
 	if st := l.opts.recoveryPoints; st != nil {
-		rp, ok := st.load(l.dir)
+		rp, ok, lost := st.load(l.dir)
+		if lost {
+			return 0, false, fmt.Errorf("%w: the Manager's recovery-point checkpoint is unreadable", ErrCorrupt)
+		}
 		return rp, ok, nil
 	}
 	return readOffsetCheckpoint(l.opts.FS, l.path(recoveryPointFile))

@@ -31,6 +31,9 @@ type rpStore struct {
 	mu      sync.Mutex
 	offsets map[string]int64 // by log name
 	dirty   bool
+	// offsetsLost says the recovery-point file was there but unreadable:
+	// a log without an entry may have had one (see Log.loadRecoveryPoint).
+	offsetsLost bool
 	// hws are the high watermarks read at OpenManager and recorded by
 	// clean Closes since.
 	hws map[string]int64
@@ -59,11 +62,13 @@ func newRPStore(m *Manager) rpStore {
 
 func (s *rpStore) path() string { return filepath.Join(s.m.dir, managerCheckpointFile) }
 
-func (s *rpStore) load(dir string) (int64, bool) {
+// load returns the recovery point of the log in dir; lost says it has
+// none because the checkpoint file was unreadable.
+func (s *rpStore) load(dir string) (rp int64, ok, lost bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rp, ok := s.offsets[filepath.Base(dir)]
-	return rp, ok
+	rp, ok = s.offsets[filepath.Base(dir)]
+	return rp, ok, !ok && s.offsetsLost
 }
 
 func (s *rpStore) store(dir string, rp int64, urgent bool) error {
@@ -197,20 +202,21 @@ func (s *rpStore) write() error {
 // one is ignored (every log is then recovered from its start, or has no
 // high watermark). It returns whether the clean-shutdown file exists.
 func (s *rpStore) read() (cleanFile bool, err error) {
-	if s.offsets, _, err = s.readFile(managerCheckpointFile); err != nil {
+	if s.offsets, _, err = s.readFile(managerCheckpointFile, &s.offsetsLost); err != nil {
 		return false, err
 	}
 	s.fileLo, s.fileHi = maps.Clone(s.offsets), maps.Clone(s.offsets)
-	if s.hws, _, err = s.readFile(managerHighWatermarkFile); err != nil {
+	if s.hws, _, err = s.readFile(managerHighWatermarkFile, nil); err != nil {
 		return false, err
 	}
-	s.wasClean, cleanFile, err = s.readFile(managerCleanShutdownFile)
+	s.wasClean, cleanFile, err = s.readFile(managerCleanShutdownFile, nil)
 	return cleanFile, err
 }
 
 // readFile reads one of the named checkpoint files; exists is false when
-// it is missing.
-func (s *rpStore) readFile(name string) (offsets map[string]int64, exists bool, err error) {
+// it is missing. An unreadable one reads as empty, and sets *unreadable
+// if given.
+func (s *rpStore) readFile(name string, unreadable *bool) (offsets map[string]int64, exists bool, err error) {
 	path := filepath.Join(s.m.dir, name)
 	data, err := readWholeFile(s.m.opts.Log.FS, path)
 	if err != nil && !errors.Is(err, ErrCorrupt) { // too large to be one: corrupt
@@ -224,6 +230,9 @@ func (s *rpStore) readFile(name string) (offsets map[string]int64, exists bool, 
 	}
 	if err != nil {
 		s.m.opts.Log.Logger.Warn("replog/log: ignoring unreadable checkpoint", "file", path, "err", err)
+		if unreadable != nil {
+			*unreadable = true
+		}
 		return map[string]int64{}, true, nil
 	}
 	return offsets, true, nil
@@ -256,7 +265,7 @@ func (s *rpStore) prune(names []string) bool {
 // close of this Manager is recorded for them.
 func (s *rpStore) opened() {
 	s.mu.Lock()
-	s.wasClean = nil
+	s.wasClean, s.offsetsLost = nil, false
 	s.mu.Unlock()
 }
 

@@ -173,7 +173,9 @@ type Options struct {
 // clean Close leaves: the log end offset (the clean-shutdown marker) and
 // the high watermark.
 type recoveryPointStore interface {
-	load(dir string) (int64, bool)
+	// load returns dir's recovery point; lost says it has none because
+	// the store's file was unreadable.
+	load(dir string) (rp int64, ok, lost bool)
 	// store records rp; with urgent it is durable before store returns.
 	store(dir string, rp int64, urgent bool) error
 	// loadClean returns the log end offset of a clean Close that Open may

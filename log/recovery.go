@@ -111,12 +111,12 @@ func (l *Log) recoverOrTrust(cp loadCheckpoints, fresh bool) (clean bool, err er
 		if errors.Is(err, errUntrustedMarker) {
 			l.opts.Logger.Warn("replog/log: clean-shutdown marker disagrees with the segments; recovering", "dir", l.dir, "err", err)
 			clean = false
-			err = l.recover(cp.rp)
+			err = l.recover(cp.rp, cp.rpKnown())
 		}
 	case fresh:
 		err = l.loadFresh(cp.rpLeft && (cp.rp != l.segments()[0].base || !cp.rpOK))
 	default:
-		err = l.recover(cp.rp)
+		err = l.recover(cp.rp, cp.rpKnown())
 	}
 	return clean, err
 }
@@ -251,14 +251,16 @@ func (l *Log) removeObsolete(names []string) error {
 	return nil
 }
 
-// parseSegmentName parses "<20 digits><suffix>".
+// parseSegmentName parses "<20 digits><suffix>": ASCII digits only, so
+// that no other name (a sign, as ParseInt would take) stands for the same
+// offset as a segment's.
 func parseSegmentName(name, suffix string) (int64, bool) {
 	stem, ok := strings.CutSuffix(name, suffix)
-	if !ok || len(stem) != 20 {
+	if !ok || len(stem) != 20 || strings.ContainsFunc(stem, func(c rune) bool { return c < '0' || c > '9' }) {
 		return 0, false
 	}
 	v, err := strconv.ParseInt(stem, 10, 64)
-	return v, err == nil && v >= 0
+	return v, err == nil
 }
 
 // readCleanShutdown reads the clean-shutdown marker, which holds the log
@@ -338,7 +340,9 @@ func (l *Log) loadSegmentMeta(s *segment) {
 // rebuilding indexes, truncating at the first invalid batch and deleting
 // the segments after it. Segments before stay as they are: their data was
 // fsynced and checkpointed (bit flips there surface as ErrCorrupt on read).
-func (l *Log) recover(rp int64) error {
+// rpKnown says rp is the recovery point last checkpointed, not 0 for one
+// that could not be read: only then is a gap between segments a lost tail.
+func (l *Log) recover(rp int64, rpKnown bool) error {
 	segs := l.segments()
 	first := sort.Search(len(segs), func(i int) bool { return segs[i].base > rp }) - 1
 	first = max(first, 0)
@@ -352,10 +356,12 @@ func (l *Log) recover(rp int64) error {
 		// recovery point first; see makeGapDurable).
 		if prev := segs[max(i-1, 0)]; i > first && s.base != prev.next.Load() {
 			cause := fmt.Errorf("%w: segment %d does not continue the previous one, which ends at %d", ErrCorrupt, s.base, prev.next.Load())
-			if s.base < prev.next.Load() {
+			if s.base < prev.next.Load() || !rpKnown {
 				// An overlap is no lost tail: the last batch of prev
 				// claims offsets of s, so its base offset (outside the
-				// CRC) is damaged.
+				// CRC) is damaged. Nor is a gap known to be one when the
+				// recovery point was unreadable: a follower's gap below
+				// it, with synced data after, looks the same.
 				if err := l.refuseTruncation(prev, prev.size.Load(), cause); err != nil {
 					return err
 				}

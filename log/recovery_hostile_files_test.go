@@ -1,0 +1,95 @@
+package log
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/internal/vfs"
+)
+
+// Files in a log directory that no operation of the log leaves there, or
+// checkpoints damaged from outside: Open keeps every acknowledged batch
+// or refuses with ErrCorrupt.
+
+// TestSignedSegmentNameIsNotASegment: a stray "-0000000000000000000.log"
+// has a segment name's length, and ParseInt read it as base 0: Open listed
+// segment 0 twice, both opened on the real file, and retention then
+// renamed the real segment away as the older of the two.
+func TestSignedSegmentNameIsNotASegment(t *testing.T) {
+	for _, name := range []string{"-0000000000000000000.log", "+0000000000000000000.log", "+0000000000000000007.log"} {
+		t.Run(name, func(t *testing.T) {
+			fs, opts, batches := closedLog(t, 30) // one segment, base 0
+			writeFileFS(t, fs, "/log/"+name, nil)
+			opts.RetentionBytes = 1 // only the active segment may stay
+			l := openLog(t, "/log", opts)
+			require.Equal(t, []int64{0}, segmentBases(l))
+			_, err := l.ApplyRetention()
+			require.NoError(t, err)
+			require.NoError(t, l.Close())
+			l2 := openLog(t, "/log", opts)
+			defer l2.Close()
+			require.Equal(t, batches, readAllBatches(t, l2))
+		})
+	}
+}
+
+// TestUnreadableRecoveryPointKeepsSyncedDataAfterAGap: a follower's gap
+// between segments lies below the recovery point (makeGapDurable), and
+// recovery takes a gap above it for a lost tail. With the recovery point
+// unreadable (a damaged recovery-point file, or a Manager's damaged
+// checkpoint, which OpenManager ignores), recovery scanned from 0 and
+// deleted the synced segment after the gap. Open now refuses with
+// ErrCorrupt (unless TruncateAtCorruption).
+func TestUnreadableRecoveryPointKeepsSyncedDataAfterAGap(t *testing.T) {
+	gapBatches := func(t *testing.T) ([][]byte, []byte) {
+		var before [][]byte
+		for base := int64(0); base < 12; base += 3 {
+			before = append(before, followerBatch(t, base, 3, 1))
+		}
+		return before, followerBatch(t, 1000, 3, 1)
+	}
+	t.Run("standalone", func(t *testing.T) {
+		before, after := gapBatches(t)
+		mem := vfs.NewMem()
+		opts := Options{FS: mem, SegmentBytes: int64(len(concat(before...))), CheckpointInterval: time.Hour}
+		l, err := Open("/log", opts)
+		require.NoError(t, err)
+		_, err = l.AppendAsFollower(concat(before...))
+		require.NoError(t, err)
+		_, err = l.AppendAsFollower(after) // rolls to segment 1000
+		require.NoError(t, err)
+		require.NoError(t, l.Sync())
+		require.NoError(t, l.Close())
+		writeFileFS(t, mem, "/log/"+recoveryPointFile, []byte("garbage"))
+
+		_, err = Open("/log", opts)
+		require.ErrorIs(t, err, ErrCorrupt)
+		writeFileFS(t, mem, "/log/"+recoveryPointFile, EncodeCheckpoint([][]int64{{1003}})) // repaired
+		l2 := openLog(t, "/log", opts)
+		defer l2.Close()
+		require.Equal(t, append(before, after), readAllBatches(t, l2))
+	})
+	t.Run("manager", func(t *testing.T) {
+		before, after := gapBatches(t)
+		mem := vfs.NewMem()
+		mo := ManagerOptions{Log: Options{FS: mem, SegmentBytes: int64(len(concat(before...)))}, CheckpointInterval: time.Hour}
+		m, err := OpenManager("/data", mo)
+		require.NoError(t, err)
+		l, err := m.Create("p-0")
+		require.NoError(t, err)
+		_, err = l.AppendAsFollower(concat(before...))
+		require.NoError(t, err)
+		_, err = l.AppendAsFollower(after)
+		require.NoError(t, err)
+		require.NoError(t, l.Sync())
+		require.NoError(t, m.Close())
+		writeFileFS(t, mem, "/data/"+managerCheckpointFile, []byte("0\n1\np-0 x\n"))
+
+		_, err = OpenManager("/data", mo)
+		require.ErrorIs(t, err, ErrCorrupt)
+		require.Equal(t, int64(1003), Batch(readFileFS(t, mem, "/data/p-0/"+segmentName(1000)+logSuffix)).NextOffset(),
+			"the segment after the gap is still there")
+	})
+}
