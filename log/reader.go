@@ -217,12 +217,16 @@ func (r *Reader) fill(end int64) (retry bool, err error) {
 	case r.pos >= r.seg.size.Load():
 		// Past the end of its segment: the next one starts with the
 		// next batch (offsets between them, a follower's gap, do not
-		// exist), with no index search.
+		// exist), with no index search. An empty one (which only damage
+		// from outside leaves before the active segment) is passed.
 		segs := l.segments()
-		if i+1 >= len(segs) {
-			return false, nil
+		for r.pos >= r.seg.size.Load() {
+			if i+1 >= len(segs) {
+				return false, nil
+			}
+			i++
+			r.seg, r.pos = segs[i], 0
 		}
-		r.seg, r.pos = segs[i+1], 0
 	}
 	s := r.seg
 	avail := s.size.Load() - r.pos

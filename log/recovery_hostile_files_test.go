@@ -1,6 +1,7 @@
 package log
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -92,4 +93,32 @@ func TestUnreadableRecoveryPointKeepsSyncedDataAfterAGap(t *testing.T) {
 		require.Equal(t, int64(1003), Batch(readFileFS(t, mem, "/data/p-0/"+segmentName(1000)+logSuffix)).NextOffset(),
 			"the segment after the gap is still there")
 	})
+}
+
+// TestEmptySealedSegmentDoesNotStallAReader: a sealed segment whose .log
+// file is empty (no operation of the log leaves one) made a sequential
+// Reader take it for the end of the data and wait for appends, with
+// hundreds of offsets still below the log end.
+func TestEmptySealedSegmentDoesNotStallAReader(t *testing.T) {
+	fs, opts, _ := closedLog(t, 300)
+	l := openLog(t, "/log", opts)
+	bases := segmentBases(l)
+	require.NoError(t, l.Close())
+	require.Greater(t, len(bases), 4)
+	writeFileFS(t, fs, "/log/"+segmentName(bases[2])+logSuffix, nil)
+
+	l2, err := Open("/log", opts)
+	if err != nil {
+		require.ErrorIs(t, err, ErrCorrupt)
+		return
+	}
+	defer l2.Close()
+	r := l2.NewReader(l2.LogStartOffset(), ReaderOptions{})
+	for r.Offset() < l2.LogEndOffset() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		at := r.Offset()
+		_, err := r.Next(ctx)
+		cancel()
+		require.NoError(t, err, "Reader.Next at offset %d (log end %d, empty segment %d)", at, l2.LogEndOffset(), bases[2])
+	}
 }
