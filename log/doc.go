@@ -71,7 +71,8 @@
 //     a segment rename or removal, the truncation undoing a failed write,
 //     a write after a roll that moved the log start or recovery point).
 //   - Open after a clean Close reads no segment data (it trusts the
-//     clean-shutdown marker only if the segment files agree with it).
+//     clean-shutdown marker only if the active segment's size and index
+//     files agree with it; see "Index files").
 //     After a crash it scans the segments from the recovery point on,
 //     validating each batch (framing, magic, CRC, offsets), truncates the
 //     log at the first invalid batch when it is what a crash leaves (a torn
@@ -165,6 +166,16 @@
 // .timeindex, timestamp is the largest timestamp so far in the segment and
 // relativeOffset that of the last offset of the batch holding it (as in
 // Kafka).
+//
+// A sealed segment's index files are checked when used (entries in order,
+// within the segment, the last one matching the batch it names) and
+// rebuilt when they fail; a time index cut from outside to a shorter run
+// of valid entries passes, and understates the segment's largest
+// timestamp (OffsetForTimestamp may then answer past the records asked
+// for, and age retention delete the segment early), as in Kafka. Likewise
+// a clean open, which reads no segment data, believes a clean-shutdown
+// marker altered to another offset that the active segment's size and
+// index entries do not contradict.
 //
 // # Producer-state snapshots
 //
