@@ -25,12 +25,32 @@ func TestManagerFollowerGapIsDurable(t *testing.T) {
 	}
 }
 
-func managerFollowerGap(t *testing.T, crash vfs.CrashOptions) {
-	requireNoGoroutineLeak(t)
-	var before [][]byte
+// gapBatches returns a follower's batches at offsets 0-11, and one at
+// 1000-1002: a gap after them.
+func gapBatches(t *testing.T) (before [][]byte, after []byte) {
 	for base := int64(0); base < 12; base += 3 {
 		before = append(before, followerBatch(t, base, 3, 1))
 	}
+	return before, followerBatch(t, 1000, 3, 1)
+}
+
+// appendAcrossGap appends before then after as a follower, each synced:
+// after, past the gap, rolls to segment 1000 (with SegmentBytes the size
+// of before).
+func appendAcrossGap(t *testing.T, l *Log, before [][]byte, after []byte) {
+	t.Helper()
+	_, err := l.AppendAsFollower(concat(before...))
+	require.NoError(t, err)
+	require.NoError(t, l.Sync())
+	_, err = l.AppendAsFollower(after)
+	require.NoError(t, err)
+	require.Equal(t, 2, l.Stats().Segments)
+	require.NoError(t, l.Sync()) // everything is acknowledged durable
+}
+
+func managerFollowerGap(t *testing.T, crash vfs.CrashOptions) {
+	requireNoGoroutineLeak(t)
+	before, after := gapBatches(t)
 	mem := vfs.NewMem()
 	mo := ManagerOptions{
 		Log:                Options{FS: mem, SegmentBytes: int64(len(concat(before...)))},
@@ -40,14 +60,7 @@ func managerFollowerGap(t *testing.T, crash vfs.CrashOptions) {
 	require.NoError(t, err)
 	l, err := m.Create("p-0")
 	require.NoError(t, err)
-	_, err = l.AppendAsFollower(concat(before...))
-	require.NoError(t, err)
-	require.NoError(t, l.Sync())
-	after := followerBatch(t, 1000, 3, 1) // a gap: rolls to segment 1000
-	_, err = l.AppendAsFollower(after)
-	require.NoError(t, err)
-	require.Equal(t, 2, l.Stats().Segments)
-	require.NoError(t, l.Sync()) // everything is acknowledged durable
+	appendAcrossGap(t, l, before, after)
 
 	img := mem.CrashClone(crash)
 	require.NoError(t, m.Close())
@@ -66,21 +79,12 @@ func managerFollowerGap(t *testing.T, crash vfs.CrashOptions) {
 // standalone Log.
 func TestStandaloneFollowerGapIsDurable(t *testing.T) {
 	requireNoGoroutineLeak(t)
-	var before [][]byte
-	for base := int64(0); base < 12; base += 3 {
-		before = append(before, followerBatch(t, base, 3, 1))
-	}
+	before, after := gapBatches(t)
 	mem := vfs.NewMem()
 	opts := Options{FS: mem, SegmentBytes: int64(len(concat(before...))), CheckpointInterval: time.Hour}
 	l, err := Open("/log", opts)
 	require.NoError(t, err)
-	_, err = l.AppendAsFollower(concat(before...))
-	require.NoError(t, err)
-	require.NoError(t, l.Sync())
-	after := followerBatch(t, 1000, 3, 1)
-	_, err = l.AppendAsFollower(after)
-	require.NoError(t, err)
-	require.NoError(t, l.Sync())
+	appendAcrossGap(t, l, before, after)
 	img := mem.CrashClone(vfs.CrashOptions{})
 	require.NoError(t, l.Close())
 	opts.FS = img

@@ -44,24 +44,13 @@ func TestSignedSegmentNameIsNotASegment(t *testing.T) {
 // deleted the synced segment after the gap. Open now refuses with
 // ErrCorrupt (unless TruncateAtCorruption).
 func TestUnreadableRecoveryPointKeepsSyncedDataAfterAGap(t *testing.T) {
-	gapBatches := func(t *testing.T) ([][]byte, []byte) {
-		var before [][]byte
-		for base := int64(0); base < 12; base += 3 {
-			before = append(before, followerBatch(t, base, 3, 1))
-		}
-		return before, followerBatch(t, 1000, 3, 1)
-	}
 	t.Run("standalone", func(t *testing.T) {
 		before, after := gapBatches(t)
 		mem := vfs.NewMem()
 		opts := Options{FS: mem, SegmentBytes: int64(len(concat(before...))), CheckpointInterval: time.Hour}
 		l, err := Open("/log", opts)
 		require.NoError(t, err)
-		_, err = l.AppendAsFollower(concat(before...))
-		require.NoError(t, err)
-		_, err = l.AppendAsFollower(after) // rolls to segment 1000
-		require.NoError(t, err)
-		require.NoError(t, l.Sync())
+		appendAcrossGap(t, l, before, after)
 		require.NoError(t, l.Close())
 		writeFileFS(t, mem, "/log/"+recoveryPointFile, []byte("garbage"))
 
@@ -80,11 +69,7 @@ func TestUnreadableRecoveryPointKeepsSyncedDataAfterAGap(t *testing.T) {
 		require.NoError(t, err)
 		l, err := m.Create("p-0")
 		require.NoError(t, err)
-		_, err = l.AppendAsFollower(concat(before...))
-		require.NoError(t, err)
-		_, err = l.AppendAsFollower(after)
-		require.NoError(t, err)
-		require.NoError(t, l.Sync())
+		appendAcrossGap(t, l, before, after)
 		require.NoError(t, m.Close())
 		writeFileFS(t, mem, "/data/"+managerCheckpointFile, []byte("0\n1\np-0 x\n"))
 

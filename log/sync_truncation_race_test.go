@@ -11,25 +11,48 @@ import (
 	"github.com/replog/replog/internal/vfs"
 )
 
+// syncGate holds the first fsync of a file whose name ends with the suffix
+// it was armed with, before the fsync runs, until release is closed.
+type syncGate struct {
+	suffix           atomic.Pointer[string]
+	entered, release chan struct{}
+}
+
+func newSyncGate() *syncGate {
+	return &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *syncGate) Inject(op vfs.Op) vfs.Fault {
+	if p := g.suffix.Load(); op.Kind == vfs.OpSync && p != nil && strings.HasSuffix(op.Path, *p) && g.suffix.CompareAndSwap(p, nil) {
+		close(g.entered)
+		<-g.release
+	}
+	return vfs.Fault{}
+}
+
+// heldSync arms g with suffix, starts l.Sync and returns once that Sync
+// is held in the fsync; its result comes on the channel.
+func (g *syncGate) heldSync(t *testing.T, l *Log, suffix string) chan error {
+	t.Helper()
+	g.suffix.Store(&suffix)
+	done := make(chan error, 1)
+	go func() { done <- l.Sync() }()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Sync never fsynced " + suffix)
+	}
+	return done
+}
+
 // TestSyncDuringTruncation: a Sync whose fsyncs overlap a TruncateTo
 // and re-appends must not report the offsets it saw before the
 // truncation as durable: they now hold new data it did not fsync, and a
 // later Sync must still fsync that data.
 func TestSyncDuringTruncation(t *testing.T) {
 	mem := vfs.NewMem()
-	var armed atomic.Bool
-	var blockOn atomic.Pointer[string]
-	entered, release := make(chan struct{}), make(chan struct{})
-	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		if op.Kind == vfs.OpSync && armed.Load() {
-			if p := blockOn.Load(); p != nil && strings.HasSuffix(op.Path, *p) && armed.CompareAndSwap(true, false) {
-				close(entered)
-				<-release
-			}
-		}
-		return vfs.Fault{}
-	}))
-	opts := testLogOptions(efs)
+	gate := newSyncGate()
+	opts := testLogOptions(vfs.NewErrorFS(mem, gate))
 	l := openLog(t, "/log", opts)
 	for len(l.segments()) < 2 || l.active().size.Load() < 2000 {
 		_, err := l.Append(buildBatch(t, 1, 500, 1000))
@@ -37,17 +60,7 @@ func TestSyncDuringTruncation(t *testing.T) {
 	}
 	waitRecoveryPoint(t, l) // the first segment is durable
 	oldEnd := l.LogEndOffset()
-	name := segmentName(l.active().base) + logSuffix
-	blockOn.Store(&name)
-	armed.Store(true)
-
-	done := make(chan error, 1)
-	go func() { done <- l.Sync() }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Sync never fsynced the active segment")
-	}
+	done := gate.heldSync(t, l, segmentName(l.active().base)+logSuffix)
 	// While that fsync runs: truncate into the first segment, append anew
 	// below the old end.
 	require.NoError(t, l.TruncateTo(2))
@@ -59,7 +72,7 @@ func TestSyncDuringTruncation(t *testing.T) {
 		fresh = append(fresh, b)
 	}
 	require.Less(t, l.LogEndOffset(), oldEnd)
-	close(release)
+	close(gate.release)
 	require.NoError(t, <-done)
 
 	require.NoError(t, l.Sync()) // must make the new batches durable
@@ -81,17 +94,8 @@ func TestSyncDuringTruncation(t *testing.T) {
 // that listed a segment before its deletion skips it.
 func TestSyncOfASegmentDeletedMeanwhile(t *testing.T) {
 	mem := vfs.NewMem()
-	var armed atomic.Bool
-	var blockOn atomic.Pointer[string]
-	entered, release := make(chan struct{}), make(chan struct{})
-	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		if p := blockOn.Load(); op.Kind == vfs.OpSync && p != nil && op.Path == *p && armed.CompareAndSwap(true, false) {
-			close(entered) // before the fsync itself runs
-			<-release
-		}
-		return vfs.Fault{}
-	}))
-	opts := testLogOptions(efs)
+	gate := newSyncGate()
+	opts := testLogOptions(vfs.NewErrorFS(mem, gate))
 	opts.FileDeleteDelay = time.Millisecond
 	l := openLog(t, crashDir, opts)
 	for i := 0; len(l.segments()) < 3; i++ {
@@ -104,24 +108,14 @@ func TestSyncOfASegmentDeletedMeanwhile(t *testing.T) {
 	require.NoError(t, err)
 	segs := l.segments()
 	active := segs[len(segs)-1]
-	name := active.path(logSuffix)
-	blockOn.Store(&name)
-	armed.Store(true)
-
-	done := make(chan error, 1)
-	go func() { done <- l.Sync() }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Sync never fsynced the active segment")
-	}
+	done := gate.heldSync(t, l, active.path(logSuffix))
 	require.NoError(t, l.TruncateTo(segs[len(segs)-2].base+1)) // deletes the active segment
 	// Give the flusher time to remove the deleted files (it did, before
 	// the fix, within a few ms) before the fsync goes on.
 	for start := time.Now(); fileExists(mem, active.deletedPath(logSuffix)) && time.Since(start) < 200*time.Millisecond; {
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
+	close(gate.release)
 	require.NoError(t, <-done, "Sync concurrent with TruncateTo")
 	_, err = l.Append(testBatch(t, 401))
 	require.NoError(t, err, "the log refuses appends after a Sync concurrent with TruncateTo")
