@@ -1,6 +1,7 @@
 package log
 
 import (
+	"bytes"
 	"os"
 	"strconv"
 	"sync"
@@ -341,6 +342,20 @@ func (f *flusher) writeLateCheckpoint(now time.Time) (time.Time, bool) {
 
 // forget drops a segment from the pending flushes (it is being deleted).
 // Callers hold flushMu.
+// pendingSnapshot returns a copy of the producer snapshot that a pending
+// roll flush is to write at off, if there is one (the flush recycles its
+// buffer).
+func (f *flusher) pendingSnapshot(off int64) ([]byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.pending {
+		if r.snapOff == off {
+			return bytes.Clone(r.snap), true
+		}
+	}
+	return nil, false
+}
+
 func (f *flusher) forget(s *segment) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

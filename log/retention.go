@@ -141,6 +141,9 @@ func (l *Log) deleteOldest(n int) (int, error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
 	segs := l.segments()
+	if err := l.keepPendingSnapshot(segs[n].base); err != nil {
+		return 0, err
+	}
 	// Oldest first: if one cannot be deleted, the segments left are
 	// still the end of the log, on disk and in the list.
 	gone, err := l.deleteSegments(segs[:n])
@@ -161,6 +164,27 @@ func (l *Log) deleteOldest(n int) (int, error) {
 		}
 	}
 	return gone, nil
+}
+
+// keepPendingSnapshot writes, durably, the producer snapshot at base (the
+// first segment left by a deletion) that a roll flush still pending is
+// to write: the deletion drops that flush, and the snapshot holds the
+// state the deleted batches left (an epoch a marker raised, for one),
+// which a recovery or a rebuild after TruncateTo starts from. The state
+// it holds is of batches the deletion removes from the log anyway, so it
+// need not wait for their fsync.
+func (l *Log) keepPendingSnapshot(base int64) error {
+	snap, ok := l.bg.pendingSnapshot(base)
+	if !ok {
+		return nil
+	}
+	if err := l.writeSnapshot(base, snap); err != nil {
+		return err
+	}
+	if err := l.opts.FS.SyncDir(l.dir); err != nil { // before the deletion's renames
+		return l.fail(err)
+	}
+	return nil
 }
 
 // deleteSegments deletes segs with deleteSegment, in the order given, and
