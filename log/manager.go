@@ -52,11 +52,18 @@ func validLogName(name string) bool {
 // Manager's own entries in the data directory: its checkpoint files,
 // their temporary files, and deleted logs' directories.
 func reservedName(name string) bool {
-	switch strings.TrimSuffix(name, tmpSuffix) {
+	return checkpointName(strings.TrimSuffix(name, tmpSuffix)) ||
+		strings.HasSuffix(name, tmpSuffix) || filepath.Ext(name) == deletedDirSuffix
+}
+
+// checkpointName reports whether name is one of the Manager's checkpoint
+// files.
+func checkpointName(name string) bool {
+	switch name {
 	case managerCheckpointFile, managerHighWatermarkFile, managerCleanShutdownFile:
 		return true
 	}
-	return strings.HasSuffix(name, tmpSuffix) || filepath.Ext(name) == deletedDirSuffix
+	return false
 }
 
 // ManagerOptions configure a Manager.
@@ -211,7 +218,16 @@ func (m *Manager) scanDir() ([]string, error) {
 			}
 			continue
 		}
-		if validLogName(n) {
+		switch {
+		case strings.HasSuffix(n, tmpSuffix) && checkpointName(strings.TrimSuffix(n, tmpSuffix)):
+			// Where a checkpoint's temporary file goes: every checkpoint
+			// write, and so Close, would fail.
+			return nil, fmt.Errorf("replog/log: %s is a directory where the Manager writes a checkpoint's temporary file", p)
+		case reservedName(n):
+			// A name Create refuses (the Manager's temporary files): not
+			// a log, nor to be written into as one.
+			m.opts.Log.Logger.Warn("replog/log: ignoring a directory with a reserved name", "dir", p)
+		case validLogName(n):
 			names = append(names, n)
 		}
 	}

@@ -36,6 +36,30 @@ func TestManagerReservedLogNames(t *testing.T) {
 	require.NoError(t, m.Close())
 }
 
+// TestManagerIgnoresReservedNameDirectories: OpenManager opened a stray
+// directory named like the Manager's temporary files ("x.tmp") as a log,
+// writing segment files into it, and Names listed a log that Create
+// refuses; one in the place of a checkpoint's temporary file
+// ("clean-shutdown.tmp") made every checkpoint write and Close fail, so
+// OpenManager now refuses it.
+func TestManagerIgnoresReservedNameDirectories(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	mem := vfs.NewMem()
+	opts := ManagerOptions{Log: Options{FS: mem}, CheckpointInterval: time.Hour}
+	require.NoError(t, mem.MkdirAll(mgrCrashDir+"/x.tmp", 0o755))
+	m, err := OpenManager(mgrCrashDir, opts)
+	require.NoError(t, err)
+	require.Empty(t, m.Names())
+	entries, err := mem.ReadDir(mgrCrashDir + "/x.tmp")
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing written into the stray directory")
+	require.NoError(t, m.Close())
+
+	require.NoError(t, mem.MkdirAll(mgrCrashDir+"/"+managerCleanShutdownFile+tmpSuffix, 0o755))
+	_, err = OpenManager(mgrCrashDir, opts)
+	require.ErrorContains(t, err, "checkpoint's temporary file")
+}
+
 // TestManagerOpenFailsOnAStatError: OpenManager refuses to start when it
 // cannot tell whether an entry of the data directory is a log (a Stat
 // error other than "does not exist"): skipping the log would hide its
