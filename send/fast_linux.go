@@ -45,6 +45,17 @@ type fastState struct {
 	err error
 }
 
+// fileClosed gives the error of a closed *os.File's raw connection
+// (internal/poll's ErrFileClosing, which File.Read and File.Write turn
+// into os.ErrClosed but RawConn passes on as is) os.ErrClosed's identity,
+// so that callers match it as they do a File.Write's.
+func fileClosed(err error) error {
+	if err != nil && !errors.Is(err, os.ErrClosed) && err.Error() == "use of closed file" {
+		return fmt.Errorf("%w (%w)", os.ErrClosed, err)
+	}
+	return err
+}
+
 // fastConn returns the raw connection of w if w takes the socket path.
 func fastConn(w io.Writer) (rc syscall.RawConn, ok bool, err error) {
 	var sc syscall.Conn
@@ -89,7 +100,7 @@ func (b *Builder) writeFast(w io.Writer) (n int64, handled bool, err error) {
 	werr := rc.Write(b.fastStep)
 	n, err = s.n, s.err
 	if err == nil && werr != nil {
-		err = fmt.Errorf("send: %w", werr)
+		err = fmt.Errorf("send: %w", fileClosed(werr))
 	}
 	s.vec, s.sfSrc, s.sfConn, s.pending, s.err = nil, nil, nil, nil, nil
 	return n, true, err
@@ -122,7 +133,7 @@ func (b *Builder) step(fd uintptr) bool {
 				if s.sfConn == nil || !sameFile(s.sfSrc, pt.f) {
 					conn, err := pt.f.(syscall.Conn).SyscallConn()
 					if err != nil {
-						s.err = fmt.Errorf("send: sendfile source: %w", err)
+						s.err = fmt.Errorf("send: sendfile source: %w", fileClosed(err))
 						return true
 					}
 					s.sfSrc, s.sfConn = pt.f, conn
@@ -183,7 +194,7 @@ func (b *Builder) sendfileStep(fd int) bool {
 	s := &b.fast
 	s.outFD, s.sfN, s.sfErr = fd, 0, nil
 	if err := s.sfConn.Control(s.sfCtl); err != nil {
-		s.err = fmt.Errorf("send: sendfile source: %w", err)
+		s.err = fmt.Errorf("send: sendfile source: %w", fileClosed(err))
 		return false
 	}
 	b.stats.Sendfile++
