@@ -1,8 +1,8 @@
 package log
 
 import (
-	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -342,18 +342,24 @@ func (f *flusher) writeLateCheckpoint(now time.Time) (time.Time, bool) {
 
 // forget drops a segment from the pending flushes (it is being deleted).
 // Callers hold flushMu.
-// pendingSnapshot returns a copy of the producer snapshot that a pending
-// roll flush is to write at off, if there is one (the flush recycles its
-// buffer).
-func (f *flusher) pendingSnapshot(off int64) ([]byte, bool) {
+// writePendingSnapshot writes the producer snapshot at off that a
+// pending roll flush is to write, if there is one, and reports whether it
+// did. It holds flushMu, as the flush does when it writes its snapshots
+// (they share a temporary file name, and the flush recycles the buffer).
+func (f *flusher) writePendingSnapshot(off int64) (bool, error) {
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, r := range f.pending {
-		if r.snapOff == off {
-			return bytes.Clone(r.snap), true
-		}
+	i := slices.IndexFunc(f.pending, func(r rolled) bool { return r.snapOff == off })
+	var snap []byte
+	if i >= 0 {
+		snap = f.pending[i].snap
 	}
-	return nil, false
+	f.mu.Unlock()
+	if i < 0 {
+		return false, nil
+	}
+	return true, f.l.writeSnapshot(off, snap)
 }
 
 func (f *flusher) forget(s *segment) {

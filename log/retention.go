@@ -174,11 +174,8 @@ func (l *Log) deleteOldest(n int) (int, error) {
 // it holds is of batches the deletion removes from the log anyway, so it
 // need not wait for their fsync.
 func (l *Log) keepPendingSnapshot(base int64) error {
-	snap, ok := l.bg.pendingSnapshot(base)
-	if !ok {
-		return nil
-	}
-	if err := l.writeSnapshot(base, snap); err != nil {
+	written, err := l.bg.writePendingSnapshot(base)
+	if err != nil || !written {
 		return err
 	}
 	if err := l.opts.FS.SyncDir(l.dir); err != nil { // before the deletion's renames
