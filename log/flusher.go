@@ -71,7 +71,7 @@ type flusher struct {
 	// queued, running and rerun are the scheduler's, under its mu: in its
 	// queue, being stepped by a worker, kicked while being stepped.
 	queued, running, rerun bool
-	due                    atomic.Int64 // unix nanos when timed work is next due (scheduler)
+	due                    time.Time // when timed work is next due (scheduler; under its mu)
 }
 
 // rolled is a segment waiting for its background flush, with the

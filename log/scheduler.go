@@ -95,8 +95,8 @@ func (s *scheduler) work() {
 		f.queued, f.running = false, true
 		s.mu.Unlock()
 		next := f.step()
-		f.due.Store(next.UnixNano())
 		s.mu.Lock()
+		f.due = next
 		f.running = false
 		if f.rerun {
 			f.rerun = false
@@ -117,11 +117,14 @@ func (s *scheduler) ticker() {
 			return
 		case <-t.C:
 		}
-		now := s.now().UnixNano()
+		// time.Time comparisons: with the clock's monotonic readings (as
+		// time.Now gives them), a step of the wall clock neither stalls
+		// nor hastens the timed work, as in a standalone log's flusher.
+		now := s.now()
 		due = due[:0]
 		s.mu.Lock()
 		for f := range s.flushers {
-			if d := f.due.Load(); d != 0 && d <= now {
+			if !f.due.IsZero() && !now.Before(f.due) {
 				due = append(due, f)
 			}
 		}
