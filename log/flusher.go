@@ -340,8 +340,6 @@ func (f *flusher) writeLateCheckpoint(now time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// forget drops a segment from the pending flushes (it is being deleted).
-// Callers hold flushMu.
 // writePendingSnapshot writes the producer snapshot at off that a
 // pending roll flush is to write, if there is one, and reports whether it
 // did. It holds flushMu, as the flush does when it writes its snapshots
@@ -362,6 +360,8 @@ func (f *flusher) writePendingSnapshot(off int64) (bool, error) {
 	return true, f.l.writeSnapshot(off, snap)
 }
 
+// forget drops a segment from the pending flushes (it is being deleted).
+// Callers hold flushMu.
 func (f *flusher) forget(s *segment) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -74,7 +74,8 @@ func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
 		return fmt.Errorf("replication: partition %s already added", tp)
 	}
 	l.RetainAboveHighWatermark()
-	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1, leaderLEO: -1, followed: log.NoLeaderEpoch}
+	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1, leaderLEO: -1,
+		followed: log.NoLeaderEpoch, led: log.NoLeaderEpoch}
 	return nil
 }
 
@@ -140,7 +141,7 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	}
 	p.endLeadership()
 	p.leadCtx, p.leadCancel = context.WithCancel(context.Background())
-	p.role, p.epoch, p.leader = RoleLeader, epoch, n.id
+	p.role, p.epoch, p.leader, p.led = RoleLeader, epoch, n.id, epoch
 	p.replicas, p.isr = slices.Clone(replicas), slices.Clone(isr)
 	slices.Sort(p.isr)
 	p.followers = map[int32]*replicaState{}
@@ -187,8 +188,9 @@ func (n *Node) checkAssignment(replicas, isr []int32) error {
 // BecomeFollower makes this node a follower of tp, whose leader is node
 // leader at epoch. Its log is reconciled with the leader's on the next
 // fetch (divergence is detected by epoch and truncated). A stale epoch
-// returns ErrStaleEpoch; a leader that is this node or negative,
-// ErrInvalidAssignment.
+// returns ErrStaleEpoch, and so does the epoch this node led, even after
+// StopPartition (an epoch has one leader); a leader that is this node or
+// negative, ErrInvalidAssignment.
 func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 	// Lock order n.mu, p.mu (as BecomeLeader): the role and the fetcher
 	// change together, so that concurrent role changes leave the
@@ -205,7 +207,7 @@ func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if epoch < p.epoch || (epoch == p.epoch && p.role == RoleLeader) {
+	if epoch < p.epoch || (epoch == p.epoch && (p.role == RoleLeader || p.led == epoch)) {
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
 	p.endLeadership()

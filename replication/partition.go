@@ -56,11 +56,12 @@ type partition struct {
 	role   Role
 	epoch  int32
 	leader int32 // current leader id (self when leading), -1 unknown
-	// followed is the newest epoch this node followed another leader at
-	// (kept by StopPartition): it never leads that epoch, which another
-	// node leads, or two leaders of one epoch could write different
-	// batches at the same offsets, which no divergence check tells apart.
-	followed int32
+	// followed and led are the newest epochs this node followed another
+	// leader at and led (kept by StopPartition): it never leads the one,
+	// nor follows another node at the other, or two leaders of one epoch
+	// could write different batches at the same offsets, which no
+	// divergence check tells apart.
+	followed, led int32
 
 	// leader state
 	replicas   []int32

@@ -362,7 +362,9 @@ func (r *Replicator) tickLoop() {
 // Close stops every fetcher and the ticker and waits for them, and for
 // the Produce, HandleFetch, BecomeLeader and AddPartition calls in
 // progress, which it ends (acks=all waits and held fetches return
-// ErrClosed); once it returned, no call changes anything. A concurrent or
+// ErrClosed); once it returned, these and BecomeFollower change nothing
+// (StopPartition and RemovePartition still drop a partition's role and
+// hosting, which stop nothing that runs). A concurrent or
 // later Close waits for the first. It does not close the partitions'
 // logs, which belong to the application.
 func (r *Replicator) Close() error {

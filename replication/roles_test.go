@@ -284,3 +284,15 @@ func TestStoppedFollowerRefusesLeadershipAtItsEpoch(t *testing.T) {
 	require.ErrorIs(t, f.node.BecomeLeader(ntp, 5, all, all, ntime), ErrStaleEpoch)
 	require.NoError(t, f.node.BecomeLeader(ntp, 6, all, all, ntime), "a newer epoch is fine")
 }
+
+// The mirror case: a node that led epoch 5 refuses, after StopPartition
+// too, to follow another leader at epoch 5.
+func TestStoppedLeaderRefusesToFollowAtItsEpoch(t *testing.T) {
+	l := newTestReplica(t, 0, Config{})
+	all := []int32{0, 1, 2}
+	require.NoError(t, l.node.BecomeLeader(ntp, 5, all, all, ntime))
+	l.produce(t, 2, AcksLeader)
+	l.node.StopPartition(ntp)
+	require.ErrorIs(t, l.node.BecomeFollower(ntp, 5, 1), ErrStaleEpoch)
+	require.NoError(t, l.node.BecomeFollower(ntp, 6, 1), "a newer epoch is fine")
+}

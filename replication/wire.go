@@ -230,12 +230,6 @@ func recordsLen(p *FetchPartitionResponse) int64 {
 	return int64(len(p.Records))
 }
 
-// buildFetchResponse adds resp as one frame to b: the frame header and the
-// partition headers as bytes encoded into scratch, the records as file
-// regions (Region) or slices (Records). A response that would exceed
-// maxFrame loses the records of its last partitions (their headers stay,
-// so followers fetch them again) until it fits; dropped counts them. It
-// returns scratch, possibly grown, which b references until b.Reset.
 // recordsBudget is how many record bytes a response to req can carry in
 // a frame of at most maxFrame bytes, after its frame and partition
 // headers (negative when the headers alone exceed it).
@@ -258,6 +252,12 @@ func framedMaxBytes(req *FetchRequest, maxFrame int) int32 {
 	return req.MaxBytes
 }
 
+// buildFetchResponse adds resp as one frame to b: the frame header and the
+// partition headers as bytes encoded into scratch, the records as file
+// regions (Region) or slices (Records). A response that would exceed
+// maxFrame loses the records of its last partitions (their headers stay,
+// so followers fetch them again) until it fits; dropped counts them. It
+// returns scratch, possibly grown, which b references until b.Reset.
 func buildFetchResponse(b *send.Builder, scratch []byte, corr uint64, resp *FetchResponse, maxFrame int) (_ []byte, dropped int, _ error) {
 	total := int64(frameHeaderSize + 4)
 	for i := range resp.Partitions {
