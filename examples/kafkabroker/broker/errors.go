@@ -28,6 +28,7 @@ const (
 	errTopicAlreadyExists        int16 = 36
 	errInvalidPartitions         int16 = 37
 	errInvalidReplicationFactor  int16 = 38
+	errInvalidCommitOffsetSize   int16 = 28
 	errInvalidRequest            int16 = 42
 	errOutOfOrderSequence        int16 = 45
 	errInvalidProducerEpoch      int16 = 47

@@ -6,11 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	replog "github.com/replog/replog/log"
 )
 
 // Session timeout bounds, Kafka's group.min/max.session.timeout.ms defaults.
@@ -593,7 +596,13 @@ func (c *coordinator) commit(req *kmsg.OffsetCommitRequest) kmsg.Response {
 		}
 	}
 	stored := errNone
-	if err := c.offsets.commit(req.Group, commits); err != nil {
+	switch err := c.offsets.commit(req.Group, commits); {
+	case errors.Is(err, replog.ErrBatchTooLarge):
+		// Larger than one append to the offsets log takes (its segment
+		// size): refused, as Kafka refuses an offsets batch over its
+		// limit, not retried forever as a storage error would be.
+		stored = errInvalidCommitOffsetSize
+	case err != nil:
 		c.b.log.Error("commit offsets", "group", req.Group, "err", err)
 		stored = errStorage
 	}

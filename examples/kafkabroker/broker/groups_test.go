@@ -241,3 +241,36 @@ func TestOffsetCommitLargerThanABatch(t *testing.T) {
 		t.Errorf("committed offset %+v (found %v), want 2100, the last in the request", v, ok)
 	}
 }
+
+// TestOffsetCommitLargerThanASegment: a commit whose records exceed what
+// one append to the offsets log takes (its 64 MiB segment), within the
+// 100 MiB request limit, is refused with INVALID_COMMIT_OFFSET_SIZE, as
+// Kafka refuses an offsets batch over its limit; it got
+// KAFKA_STORAGE_ERROR, which clients retry forever.
+func TestOffsetCommitLargerThanASegment(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("c", 1); code != errNone {
+		t.Fatal(code)
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version = 7
+	req.Group = "g"
+	req.Generation = -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = "c"
+	md := strings.Repeat("m", maxCommitMetadata)
+	for i := range 17000 { // about 70 MB of records
+		p := kmsg.NewOffsetCommitRequestTopicPartition()
+		p.Offset = int64(i + 1)
+		p.Metadata = &md
+		rt.Partitions = append(rt.Partitions, p)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp := b.coord.commit(req).(*kmsg.OffsetCommitResponse)
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != errInvalidCommitOffsetSize {
+		t.Fatalf("OffsetCommit of %d partitions with %d-byte metadata: error %d, want %d", len(rt.Partitions), len(md), code, errInvalidCommitOffsetSize)
+	}
+	if _, ok := b.coord.offsets.get("g", topicPartition{"c", 0}); ok {
+		t.Error("a refused commit stored an offset")
+	}
+}
