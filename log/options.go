@@ -64,7 +64,9 @@ type Options struct {
 	// than this (0: unlimited).
 	RetentionBytes int64
 	// RetentionAge deletes segments whose newest timestamp is older than
-	// this (0: unlimited).
+	// this (0: unlimited); a segment whose batches carry no timestamp
+	// (NoTimestamp, or times before 1970) goes by its data file's
+	// modification time, as in Kafka.
 	RetentionAge time.Duration
 	// RetentionCheckInterval applies retention in the background this
 	// often (0: only when ApplyRetention is called).

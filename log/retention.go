@@ -64,7 +64,7 @@ func (l *Log) ApplyRetention() (int, error) {
 		bySize := l.opts.RetentionBytes > 0 && total-size >= l.opts.RetentionBytes
 		byAge := false
 		if l.opts.RetentionAge > 0 {
-			ts, err := l.segmentMaxTimestamp(s)
+			ts, err := l.retentionTimestamp(s)
 			if err != nil {
 				return 0, err
 			}
@@ -118,6 +118,28 @@ func (l *Log) raiseLogStart(start int64) error {
 
 // segmentMaxTimestamp returns the newest timestamp in s, loading its time
 // index if needed.
+// retentionTimestamp is what age retention judges s by: its largest
+// timestamp, or, when its batches carry none (NoTimestamp, or times before
+// 1970, which Kafka's rule sets to NoTimestamp), the modification time of
+// its data file, as Kafka does (LogSegment.largestTimestamp): else such a
+// segment would never expire, nor would any after it. A segment whose
+// time index has an entry that fails its check stays NoTimestamp: kept.
+// Callers hold l.mu.
+func (l *Log) retentionTimestamp(s *segment) (int64, error) {
+	ts, err := l.segmentMaxTimestamp(s)
+	if err != nil || ts != NoTimestamp {
+		return ts, err
+	}
+	if last, _, ok := s.timeIdx.last(); ok && last != NoTimestamp {
+		return NoTimestamp, nil
+	}
+	st, err := l.opts.FS.Stat(s.path(logSuffix))
+	if err != nil {
+		return NoTimestamp, err
+	}
+	return st.ModTime().UnixMilli(), nil
+}
+
 func (l *Log) segmentMaxTimestamp(s *segment) (int64, error) {
 	if ts := s.maxTS.Load(); ts != NoTimestamp {
 		return ts, nil
