@@ -25,7 +25,9 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset int64, ok bool, err error) {
 		if err != nil {
 			return 0, false, err
 		}
-		if maxTS == NoTimestamp || maxTS < ts || s.next.Load() <= start {
+		// A segment without timestamps (NoTimestamp: none, or only
+		// times before 1970) is searched for a ts of NoTimestamp or below.
+		if maxTS < ts || s.next.Load() <= start {
 			continue
 		}
 		off, found, err := l.offsetForTimestampIn(s, ts, start)

@@ -165,3 +165,23 @@ func TestOffsetForTimestampEmptyBatchFromCompaction(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, int64(5), off)
 }
+
+// TestOffsetForTimestampBefore1970InTheActiveSegment: records before 1970
+// make a batch's max timestamp NoTimestamp (Kafka's rule). A sealed
+// segment of them was searched for such times, the active one skipped:
+// the same records were found only after a roll.
+func TestOffsetForTimestampBefore1970InTheActiveSegment(t *testing.T) {
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	_, err := l.Append(timestampedBatch(t, -500, -400)) // offsets 0, 1
+	require.NoError(t, err)
+	for q, want := range map[int64]int64{math.MinInt64: 0, -1000: 0, -450: 1} {
+		off, ok, err := l.OffsetForTimestamp(q)
+		require.NoError(t, err)
+		require.True(t, ok, "OffsetForTimestamp(%d) in the active segment", q)
+		require.Equal(t, want, off, "OffsetForTimestamp(%d)", q)
+	}
+	_, ok, err := l.OffsetForTimestamp(0)
+	require.NoError(t, err)
+	require.False(t, ok, "no record at 0 or later")
+}
