@@ -166,7 +166,7 @@ func (l *Log) validateBatches(batches []byte, leader bool) (AppendInfo, error) {
 		if b.Size() > l.opts.MaxBatchBytes {
 			return info, fmt.Errorf("%w: %d bytes, limit %d", ErrBatchTooLarge, b.Size(), l.opts.MaxBatchBytes)
 		}
-		maxTSDelta, err := b.validate()
+		maxTS, err := b.validate()
 		if err != nil {
 			return info, err
 		}
@@ -178,11 +178,11 @@ func (l *Log) validateBatches(batches []byte, leader bool) (AppendInfo, error) {
 				if scratch == nil {
 					scratch = getLeaderScratch()
 				}
-				if maxTSDelta, err = scratch.checkCompressed(b); err != nil {
+				if maxTS, err = scratch.checkCompressed(b); err != nil {
 					return info, fmt.Errorf("batch %d: %w", info.Batches, err)
 				}
 			}
-			if err := b.checkLeaderMaxTimestamp(maxTSDelta); err != nil {
+			if err := b.checkLeaderMaxTimestamp(maxTS); err != nil {
 				return info, fmt.Errorf("batch %d: %w", info.Batches, err)
 			}
 		} else if b.BaseOffset() < 0 {

@@ -216,20 +216,20 @@ func (b Batch) Validate() error {
 	return err
 }
 
-// validate is Validate, also returning the largest timestamp delta of an
-// uncompressed batch's records (math.MinInt64 for none or a compressed
-// batch).
-func (b Batch) validate() (maxTSDelta int64, err error) {
+// validate is Validate, also returning the max timestamp of an
+// uncompressed batch's records as checkRecords computes it (NoTimestamp
+// for a compressed batch).
+func (b Batch) validate() (maxTS int64, err error) {
 	if err := b.ValidateHeader(); err != nil {
 		return 0, err
 	}
 	if b.CodecID() != 0 {
-		return math.MinInt64, nil
+		return NoTimestamp, nil
 	}
-	if maxTSDelta, err = checkRecords(b.RecordsBody(), b.RecordCount(), b.LastOffsetDelta()); err != nil {
+	if maxTS, err = checkRecords(b.RecordsBody(), b.RecordCount(), b.LastOffsetDelta(), b.BaseTimestamp()); err != nil {
 		return 0, err
 	}
-	return maxTSDelta, nil
+	return maxTS, nil
 }
 
 // checkLeaderRules applies the rules Kafka's leader applies to a v2 batch
@@ -256,22 +256,17 @@ func (b Batch) checkLeaderRules() error {
 }
 
 // checkLeaderMaxTimestamp checks, on a leader, that a create-time batch's
-// max timestamp is its records' largest (the base timestamp plus
-// maxTSDelta, from validate or checkCompressed), or NoTimestamp if that is
-// lower, as Kafka's leader computes it. A larger one would send timestamp lookups to a batch without such a
+// max timestamp is want, its records' largest or NoTimestamp if that is
+// lower (from validate or checkCompressed), as Kafka's leader computes it.
+// A larger one would send timestamp lookups to a batch without such a
 // record; a smaller one, or -1, would hide the batch from them and from
 // time retention. Followers keep what their leader wrote: a compacted
 // batch keeps its max timestamp when records go.
-//
-// The batch passed checkLeaderRules, so it holds a record and maxTSDelta is
-// a record's (math.MinInt64, which validate returns for no record, is
-// also a valid delta, and must not skip the check).
-func (b Batch) checkLeaderMaxTimestamp(maxTSDelta int64) error {
+func (b Batch) checkLeaderMaxTimestamp(want int64) error {
 	if b.IsLogAppendTime() {
 		return nil
 	}
-	// Kafka's max starts at NoTimestamp, so records all before 1970 give -1.
-	if want := max(b.BaseTimestamp()+maxTSDelta, NoTimestamp); b.MaxTimestamp() != want {
+	if b.MaxTimestamp() != want {
 		return fmt.Errorf("%w: max timestamp %d, records up to %d", ErrInvalidRecord, b.MaxTimestamp(), want)
 	}
 	return nil

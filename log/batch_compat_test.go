@@ -108,3 +108,25 @@ func TestLeaderMaxTimestampCheckedForAnyRecordDelta(t *testing.T) {
 	_, err = l.Append(mk(math.MinInt64))
 	require.ErrorIs(t, err, ErrInvalidRecord, "max timestamp 1<<50 with one record at MinInt64 accepted")
 }
+
+// TestLeaderAcceptsExtremeTimestamps: a batch of the package's own
+// BatchBuilder whose records' timestamp deltas wrap int64 (MinInt64 and
+// 1000, say) was refused by a leader: it took the base timestamp plus the
+// largest delta for the records' largest timestamp, which a wrapped delta
+// makes wrong. It now takes the largest record timestamp, as Kafka does.
+func TestLeaderAcceptsExtremeTimestamps(t *testing.T) {
+	for _, tss := range [][]int64{{math.MinInt64, 1000}, {-5, math.MaxInt64}, {math.MaxInt64, math.MinInt64}} {
+		_, opts := memLog()
+		l := openLog(t, "/log", opts)
+		b := timestampedBatch(t, tss...)
+		var got []int64
+		for it := Batch(b).Records(); it.Next(); {
+			got = append(got, it.Record().Timestamp)
+		}
+		require.Equal(t, tss, got, "the records hold these timestamps")
+		require.Equal(t, max(tss[0], tss[1], NoTimestamp), Batch(b).MaxTimestamp())
+		_, err := l.Append(b)
+		require.NoError(t, err, "records %v, max timestamp %d", tss, Batch(b).MaxTimestamp())
+		require.NoError(t, l.Close())
+	}
+}

@@ -104,8 +104,8 @@ func (s *leaderScratch) release() {
 // records), ErrBatchTooLarge (output over the decompressed-size limit) or
 // ErrInvalidRecord (a stream feature compression does not implement),
 // together with the compression package's sentinel when it found the
-// problem. It returns the largest timestamp delta of the records.
-func (s *leaderScratch) checkCompressed(b Batch) (maxTSDelta int64, err error) {
+// problem. It returns the records' max timestamp (see checkRecords).
+func (s *leaderScratch) checkCompressed(b Batch) (maxTS int64, err error) {
 	s.buf, err = s.local.Decompress(s.buf[:0], b.RecordsBody(), compression.Codec(b.CodecID()))
 	if err != nil {
 		kind := ErrCorrupt
@@ -117,8 +117,8 @@ func (s *leaderScratch) checkCompressed(b Batch) (maxTSDelta int64, err error) {
 		}
 		return 0, fmt.Errorf("%w: compressed batch (codec %d): %w", kind, b.CodecID(), err)
 	}
-	if maxTSDelta, err = checkRecords(s.buf, b.RecordCount(), b.LastOffsetDelta()); err != nil {
+	if maxTS, err = checkRecords(s.buf, b.RecordCount(), b.LastOffsetDelta(), b.BaseTimestamp()); err != nil {
 		return 0, fmt.Errorf("compressed batch (codec %d): %w", b.CodecID(), err)
 	}
-	return maxTSDelta, nil
+	return maxTS, nil
 }

@@ -168,26 +168,26 @@ func FuzzBatchDecode(f *testing.F) {
 // checkRecordsAgreesWithIterator checks that the append path's record
 // check accepts body exactly when a RecordIterator walks count records
 // of it with offset deltas increasing within [0, lastDelta] and nothing
-// left over, and finds the same largest timestamp delta.
+// left over, and finds the same max timestamp.
 func checkRecordsAgreesWithIterator(t *testing.T, b Batch, body []byte, count, lastDelta int32) {
 	t.Helper()
 	var it RecordIterator
 	it.batch, it.body, it.remaining = b, body, count
 	walked := int32(0)
-	maxDelta := int64(math.MinInt64)
+	maxTS := NoTimestamp
 	prev := int32(-1)
 	for it.Next() {
 		if od := it.Record().OffsetDelta; od <= prev || od > lastDelta {
 			break
 		}
 		prev = it.Record().OffsetDelta
-		maxDelta = max(maxDelta, it.Record().Timestamp-b.BaseTimestamp())
+		maxTS = max(maxTS, it.Record().Timestamp)
 		walked++
 	}
 	iterOK := it.Err() == nil && walked == max(count, 0)
-	gotMax, err := checkRecords(body, count, lastDelta)
-	if err == nil && iterOK && !b.IsLogAppendTime() && gotMax != maxDelta {
-		t.Fatalf("checkRecords finds a largest timestamp delta of %d, the iterator %d", gotMax, maxDelta)
+	gotMax, err := checkRecords(body, count, lastDelta, b.BaseTimestamp())
+	if err == nil && iterOK && !b.IsLogAppendTime() && gotMax != maxTS {
+		t.Fatalf("checkRecords finds a max timestamp of %d, the iterator %d", gotMax, maxTS)
 	}
 	if err != nil && !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("checkRecords: %v does not wrap ErrCorrupt", err)

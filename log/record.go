@@ -2,7 +2,6 @@ package log
 
 import (
 	"fmt"
-	"math"
 )
 
 // minRecordSize is the smallest encoded record: length, attributes,
@@ -219,10 +218,13 @@ func (it *RecordIterator) decode() error {
 // count-1; Kafka's compaction leaves gaps), and no bytes after the last
 // record. It accepts exactly the bodies that walk accepts with that
 // delta rule (FuzzBatchDecode checks that), at a fraction of the cost,
-// which matters on the append path. It returns the largest timestamp
-// delta of the records (math.MinInt64 for none).
-func checkRecords(body []byte, count, lastDelta int32) (maxTSDelta int64, err error) {
-	maxTSDelta = math.MinInt64
+// which matters on the append path. It returns the largest of the
+// records' timestamps, baseTS plus each delta (wrapping as the records'
+// decoding does: the largest delta is not the largest timestamp when a
+// delta wraps), or NoTimestamp if that is lower or there is no record, as
+// Kafka's leader computes a batch's max timestamp.
+func checkRecords(body []byte, count, lastDelta int32, baseTS int64) (maxTS int64, err error) {
+	maxTS = NoTimestamp
 	prev := int64(-1)
 	for i := int32(0); i < count; i++ {
 		length, n := varintShort(body, 0)
@@ -245,13 +247,13 @@ func checkRecords(body []byte, count, lastDelta int32) (maxTSDelta int64, err er
 			return 0, fmt.Errorf("%w: record %d has offset delta %d (previous %d, last offset delta %d)", ErrCorrupt, i, od, prev, lastDelta)
 		}
 		prev = od
-		maxTSDelta = max(maxTSDelta, tsDelta)
+		maxTS = max(maxTS, baseTS+tsDelta)
 		body = body[n+int(length):]
 	}
 	if len(body) != 0 {
 		return 0, fmt.Errorf("%w: %d bytes after the last record", ErrCorrupt, len(body))
 	}
-	return maxTSDelta, nil
+	return maxTS, nil
 }
 
 // recordLooksValid is checkRecord's fast path, for records whose

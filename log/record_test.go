@@ -202,7 +202,7 @@ func TestCheckRecordsCases(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := checkRecords(c.body, c.count, c.count-1)
+			_, err := checkRecords(c.body, c.count, c.count-1, 0)
 			assert.Equal(t, c.want, err == nil, "checkRecords: %v", err)
 			checkRecordsAgreesWithIterator(t, make(Batch, BatchHeaderSize), c.body, c.count, c.count-1)
 		})
