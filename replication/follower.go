@@ -319,6 +319,7 @@ func (a *responseApplier) finish(complete bool) (int64, error) {
 func (n *Node) resetOutOfRange(p *partition, fp FetchPartition, pr *FetchPartitionResponse) error {
 	switch {
 	case fp.FetchOffset < pr.LogStartOffset:
+		n.stats.truncations.Add(1)
 		return p.log.TruncateFullyAndStartAt(pr.LogStartOffset)
 	case pr.LogEndOffset >= 0 && fp.FetchOffset > pr.LogEndOffset:
 		n.stats.truncations.Add(1)

@@ -101,3 +101,21 @@ func TestFollowerBacksOffWhenAResetChangesNothing(t *testing.T) {
 	require.Nil(t, f.node.BuildFetch(0, ntime.Add(backoff-time.Millisecond)), "fetched again before FetchBackoff")
 	require.NotNil(t, f.node.BuildFetch(0, ntime.Add(backoff)))
 }
+
+// A follower whose fetch offset is below the leader's log start, and
+// restarts there (its records gone), counts a truncation in Stats, as one
+// past the leader's end does: it used to count only the latter.
+func TestTruncationsCountAFetchBelowTheLeadersStart(t *testing.T) {
+	leader := newTestReplica(t, 0, Config{})
+	f := newTestReplica(t, 1, Config{})
+	appendEpochs(t, leader.log, epochRun{1, 6})
+	leader.log.SetHighWatermark(6)
+	require.NoError(t, leader.log.DeleteRecordsBefore(4))
+	appendEpochs(t, f.log, epochRun{1, 2}) // the leader's first two records
+	require.NoError(t, leader.node.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0}, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
+	_, resp := fetchOnce(t, f, leader, ntime)
+	require.ErrorIs(t, resp.Partitions[0].Error.Err(), ErrOffsetOutOfRange)
+	require.Equal(t, int64(4), f.log.LogStartOffset(), "the follower's records 0-1 are gone")
+	require.Equal(t, int64(1), f.node.Stats(ntime).Truncations)
+}

@@ -33,9 +33,13 @@ var (
 	// that cannot be encoded (a topic name over 65,535 bytes).
 	ErrMalformedFrame = errors.New("replication: malformed frame")
 	// ErrRemote reports an error frame: the peer could not serve the
-	// request. When the peer's message starts with one of this package's
-	// sentinel errors (ErrClusterMismatch, ErrClosed, ...), the returned
-	// error wraps that sentinel too.
+	// request. When the peer's message starts with one of the sentinel
+	// errors a fetch can meet on the leader (ErrClusterMismatch,
+	// ErrClosed, ErrFrameTooLarge, ErrMalformedFrame, ErrNotLeader,
+	// ErrFencedLeaderEpoch, ErrUnknownLeaderEpoch, ErrOffsetOutOfRange,
+	// ErrUnknownPartition, ErrNotReplica, ErrStorage), the returned error
+	// wraps that sentinel too; the others (ErrUnreachable above all, which
+	// means here that no connection could be made) do not cross.
 	ErrRemote = errors.New("replication: error reported by the peer")
 )
 
