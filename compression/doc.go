@@ -86,7 +86,10 @@
 // elements. Chunks follow one another to the end of the stream, with no
 // end mark. Blocks are decoded with klauspost's snappy.Decode, which, like
 // franz-go's decoder, also accepts s2's repeat-offset copies (an offset of
-// 0, invalid in plain snappy); its strict decoder is 2.3x slower.
+// 0, invalid in plain snappy); its strict decoder is 2.3x slower. A block
+// declaring more than 22 bytes per input byte is refused before it is
+// decoded (see above), repeat copies or not: snappy encoders never write
+// one.
 //
 // lz4: one LZ4 frame (lz4_Frame_format.md, pierrec/lz4 for the blocks),
 // exactly as Kafka's KafkaLZ4BlockOutputStream writes it:

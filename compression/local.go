@@ -28,7 +28,7 @@ type Options struct {
 }
 
 // MaxDecompressedSizeCap is the largest MaxDecompressedSize in effect
-// (2^61 on 64-bit machines: no limit in practice), so that the decoders'
+// (2^61-1 on 64-bit machines: no limit in practice), so that the decoders'
 // window arithmetic never overflows.
 const MaxDecompressedSizeCap = math.MaxInt / 4
 

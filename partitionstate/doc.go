@@ -30,7 +30,9 @@
 // Moves, updates, lookups, removals and range loops over All, Keys or Values
 // allocate nothing; an insertion allocates a node only when the free list is
 // empty, that is while the map grows past the largest number of entries it
-// has held. The memory a Map keeps is therefore bounded by that largest size;
+// has held (the Go map indexing the nodes may still, under churn of new
+// keys, rebuild its table now and then, as any Go map does). The memory a
+// Map keeps is therefore bounded by that largest size;
 // let the Map go to release it. A map's first iteration and first Replace
 // each make one small allocation that the map keeps.
 //

@@ -19,9 +19,13 @@ type node[K comparable, V any] struct {
 // place without moving it.
 //
 // Every operation on a single key (UpdateAndMoveToEnd, MoveToEnd, Update,
-// Get, Contains, Remove) is O(1) and, once the map has held as many entries
-// as it holds now, allocates nothing: moving an entry re-links its existing
-// node, and a removed entry's node is kept for the next insertion. A Map
+// Get, Contains, Remove) is O(1). Moving an entry (MoveToEnd, and
+// UpdateAndMoveToEnd of a key present) re-links its existing node and
+// allocates nothing, nor do Update, Get and Contains. Once the map has
+// held as many entries as it holds now, inserting reuses a removed
+// entry's node; only the Go map that indexes the nodes may, as any Go
+// map under churn of new keys, now and then rebuild its table (amortized
+// O(1), a few allocations per million inserts). A Map
 // therefore keeps the memory of the largest number of entries it has held
 // (as a Go map keeps its buckets); let the Map go to release it.
 //

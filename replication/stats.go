@@ -40,8 +40,9 @@ type PartitionStats struct {
 	Role Role
 	// Epoch is the current leader epoch.
 	Epoch int32
-	// Leader is the leader's replica id (this node's when leading), -1
-	// when unknown.
+	// Leader is the last known leader's replica id (this node's when
+	// leading, and after StopPartition still the last one), -1 when
+	// none is known.
 	Leader int32
 
 	// LogStartOffset, LogEndOffset and HighWatermark are this node's
@@ -74,9 +75,12 @@ type FollowerStats struct {
 	// Lag is how many offsets the follower's log ends behind the
 	// leader's (-1 unknown).
 	Lag int64
-	// LastFetch is when it last fetched; LastCaughtUp, when it last
-	// fetched the leader's log end (its ISR membership runs out
-	// ReplicaLagTime after LastCaughtUp).
+	// LastFetch is when it last fetched; LastCaughtUp, when it was last
+	// caught up, as Kafka counts it: at a fetch of the leader's log end,
+	// or, at a fetch reaching the log end the leader had at the previous
+	// fetch, that previous fetch's time (the role change's time before
+	// any fetch). Its ISR membership runs out ReplicaLagTime after
+	// LastCaughtUp.
 	LastFetch, LastCaughtUp time.Time
 	// InSync says the follower is in the ISR.
 	InSync bool
