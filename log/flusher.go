@@ -269,11 +269,9 @@ func (f *flusher) flushRolled() error {
 		}
 		// The snapshot only after its segment's data is durable, so a
 		// snapshot never reflects batches a crash could lose.
-		snapStart := time.Now()
 		if err := l.writeSnapshot(r.snapOff, r.snap); err != nil {
 			return l.fail(err)
 		}
-		l.stats.snapshotNanos.Add(int64(time.Since(snapStart)))
 	}
 	if err := l.syncDirIfDirty(); err != nil {
 		return l.fail(err)

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Producer-state snapshot file, <offset>.snapshot, where offset is the
@@ -161,9 +162,11 @@ func (l *Log) snapshotPath(off int64) string {
 // file, fsync, rename. The caller fsyncs the directory.
 func (l *Log) writeSnapshot(off int64, data []byte) error {
 	path := l.snapshotPath(off)
+	start := time.Now()
 	if err := replaceFile(l.opts.FS, path, data); err != nil {
 		return fmt.Errorf("write producer snapshot %s: %w", path, err)
 	}
+	l.stats.snapshotNanos.Add(int64(time.Since(start)))
 	l.snapshots.add(off)
 	l.dirDirty.Store(true)
 	l.stats.snapshotsWritten.Add(1)
