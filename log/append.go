@@ -47,7 +47,9 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // ErrCorrupt for an uncompressed batch, whose records are counted when it
 // is validated); a create-time batch's max timestamp must be its records'
 // largest (or -1 if that is lower); a batch with a producer id must carry
-// a sequence and an epoch (else ErrInvalidRecord); and a compressed batch
+// a sequence and an epoch (else ErrInvalidRecord); leaderEpoch may not be
+// older than the log's latest epoch (ErrInvalidRecord), though
+// NoLeaderEpoch is always accepted; and a compressed batch
 // is decompressed (with a pooled
 // compression.Local, within compression's default decompressed-size
 // limit) and its records checked like an uncompressed batch's (ErrCorrupt
@@ -77,6 +79,11 @@ func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, err
 		return info, fmt.Errorf("%w: %d records in one append, more than a segment holds (2^31 offsets)", ErrInvalidRecord, info.Records)
 	}
 	return l.appendValidated(batches, info, true, func(first int64) error {
+		if last, ok := l.epochs.latest(); ok && leaderEpoch >= 0 && leaderEpoch < last.Epoch {
+			// Its batches would carry an epoch the cache does not show
+			// there, and a follower copying them would be refused.
+			return fmt.Errorf("%w: leader epoch %d, older than the log's latest, %d", ErrInvalidRecord, leaderEpoch, last.Epoch)
+		}
 		next := first
 		for rest := batches; len(rest) > 0; {
 			b, r, _ := SplitBatch(rest)

@@ -73,3 +73,21 @@ func TestFailedAppendLeavesNoEpoch(t *testing.T) {
 	l = openLog(t, "/log", opts)
 	require.Equal(t, live, l.LeaderEpochs(), "leader epochs after Close+Open")
 }
+
+// TestStaleLeaderEpochIsRefused: AppendAsLeader at an epoch older than
+// the log's latest wrote batches stamped with it that the epoch cache did
+// not show (EpochAt answered the newer epoch for them), and a follower
+// copying them was refused. It is now refused, changing nothing.
+func TestStaleLeaderEpochIsRefused(t *testing.T) {
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	_, err := l.AppendAsLeader(buildBatch(t, 2, 10, 1000), 3)
+	require.NoError(t, err)
+	leo := l.LogEndOffset()
+	_, err = l.AppendAsLeader(buildBatch(t, 2, 10, 1000), 2)
+	require.ErrorIs(t, err, ErrInvalidRecord)
+	require.Equal(t, leo, l.LogEndOffset(), "nothing appended")
+	require.Equal(t, []EpochEntry{{Epoch: 3, StartOffset: 0}}, l.LeaderEpochs())
+	_, err = l.Append(buildBatch(t, 2, 10, 1000)) // NoLeaderEpoch: a log used without epochs
+	require.NoError(t, err)
+}
