@@ -43,7 +43,9 @@ func EncodeCheckpoint(rows [][]int64) []byte {
 }
 
 // DecodeCheckpoint parses checkpoint text whose rows have exactly fields
-// integers each. Anything else is an error wrapping ErrCorrupt.
+// integers each (decimal, as strconv.ParseInt reads them, so a sign or
+// leading zeros pass, as in Kafka). Anything else is an error wrapping
+// ErrCorrupt.
 func DecodeCheckpoint(data []byte, fields int) ([][]int64, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: checkpoint: "+format, append([]any{ErrCorrupt}, args...)...)

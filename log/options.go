@@ -61,7 +61,8 @@ type Options struct {
 	SyncInterval time.Duration
 
 	// RetentionBytes deletes the oldest segments while the log is larger
-	// than this (0: unlimited).
+	// than this and stays at least this large without them, as Kafka
+	// does (0: unlimited).
 	RetentionBytes int64
 	// RetentionAge deletes segments whose newest timestamp is older than
 	// this (0: unlimited); a segment whose batches carry no timestamp

@@ -25,7 +25,11 @@ type ReadOptions struct {
 // positions (as in Kafka). Send a Region soon after reading it, or copy
 // it (Read) where a truncation may come between.
 type Region struct {
-	// File is the segment file; with the real filesystem it is an *os.File.
+	// File is the segment file: with the real filesystem an *os.File for
+	// a standalone log, which package send can send with sendfile; for a
+	// Manager's log a handle of its file cache, which send reads instead
+	// (the cache may close and reopen the file meanwhile, so its
+	// descriptor is not handed out).
 	File io.ReaderAt
 	// Position and Length locate the bytes in File.
 	Position, Length int64

@@ -91,7 +91,10 @@ func (it *RecordIterator) Next() bool {
 // Record returns the current record; valid until the next call to Next.
 func (it *RecordIterator) Record() *Record { return &it.rec }
 
-// Err returns the first decoding error, wrapping ErrCorrupt.
+// Err returns the first decoding error: one wrapping ErrCorrupt for
+// damaged records; for a compressed batch, ErrInvalidRecord without a
+// compression.Local (see ResetBatch), or the compression package's error
+// (compression.ErrCorrupt, ErrTooLarge...) for a stream it cannot decode.
 func (it *RecordIterator) Err() error { return it.err }
 
 // decoder reads fields from a bounded byte slice. After the first error

@@ -4,7 +4,8 @@ import "fmt"
 
 // DeleteRecordsBefore makes offset the new log start offset: reads below
 // it fail with ErrOffsetOutOfRange and segments that end at or before it
-// are deleted. The new start offset is checkpointed durably before the
+// are deleted, but for the active segment, which stays (empty of
+// readable records when offset is the log end). The new start offset is checkpointed durably before the
 // call returns. offset must lie in [LogStartOffset, LogEndOffset], or
 // [LogStartOffset, HighWatermark] after RetainAboveHighWatermark.
 func (l *Log) DeleteRecordsBefore(offset int64) error {

@@ -26,14 +26,17 @@ type Stats struct {
 	Records       int64 // see Appends
 	// Rolls counts segment rolls.
 	Rolls int64
-	// Syncs counts Sync calls that ran fsyncs.
+	// Syncs counts Sync calls that led a group commit (ran the fsyncs of
+	// what was not yet durable, if anything was).
 	Syncs int64
 	// Fsyncs counts fsyncs of segment data (by Sync, the SyncEvery
-	// options and roll flushes) and of the directory; those of index,
-	// snapshot and checkpoint files and of truncations are not counted.
+	// options and roll flushes) and of the directory (a truncation's
+	// included); those of index, snapshot and checkpoint files and of a
+	// truncated segment's data are not counted.
 	Fsyncs int64
-	// BackgroundFlushes counts roll flushes done by the background flusher,
-	// and BackgroundFlushTime the time they took.
+	// BackgroundFlushes counts roll flushes, and BackgroundFlushTime the
+	// time they took: those of the background flusher, and the few run
+	// inline (by Close, and by a follower append that leaves a gap).
 	BackgroundFlushes   int64
 	BackgroundFlushTime time.Duration // see BackgroundFlushes
 	// RecoveredSegments and TruncatedBytes describe the last Open: the
