@@ -204,6 +204,27 @@ func TestOffsetFetchV1EmptyGroupErrorsPerPartition(t *testing.T) {
 	}
 }
 
+// bigOffsetCommit is an OffsetCommit of group g outside any generation
+// that names partition c/0 n times (the bytes of n partitions, without
+// creating them), with offsets 1..n and the largest metadata allowed.
+func bigOffsetCommit(n int) *kmsg.OffsetCommitRequest {
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version = 7
+	req.Group = "g"
+	req.Generation = -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = "c"
+	md := strings.Repeat("m", maxCommitMetadata)
+	for i := range n {
+		p := kmsg.NewOffsetCommitRequestTopicPartition()
+		p.Offset = int64(i + 1)
+		p.Metadata = &md
+		rt.Partitions = append(rt.Partitions, p)
+	}
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
 // TestOffsetCommitLargerThanABatch: a commit whose records do not fit one
 // batch of the offsets log (8 MiB: here 2,100 partitions with the largest
 // metadata allowed) is stored in several. It used to fail with
@@ -215,27 +236,14 @@ func TestOffsetCommitLargerThanABatch(t *testing.T) {
 		t.Fatal(code)
 	}
 	rc := dial(t, b)
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Version = 7
-	req.Group = "g"
-	req.Generation = -1
-	rt := kmsg.NewOffsetCommitRequestTopic()
-	rt.Topic = "c"
-	md := strings.Repeat("m", maxCommitMetadata)
-	for i := range 2100 {
-		p := kmsg.NewOffsetCommitRequestTopicPartition()
-		p.Offset = int64(i + 1)
-		p.Metadata = &md
-		rt.Partitions = append(rt.Partitions, p)
-	}
-	req.Topics = append(req.Topics, rt)
+	req := bigOffsetCommit(2100)
 	resp := kmsg.NewPtrOffsetCommitResponse()
 	resp.Version = req.Version
 	if err := resp.ReadFrom(rc.request(req)); err != nil {
 		t.Fatal(err)
 	}
 	if code := resp.Topics[0].Partitions[0].ErrorCode; code != errNone {
-		t.Fatalf("OffsetCommit of %d partitions with %d-byte metadata: error %d", len(rt.Partitions), len(md), code)
+		t.Fatalf("OffsetCommit of %d partitions with %d-byte metadata: error %d", len(req.Topics[0].Partitions), maxCommitMetadata, code)
 	}
 	if v, ok := b.coord.offsets.get("g", topicPartition{"c", 0}); !ok || v.offset != 2100 {
 		t.Errorf("committed offset %+v (found %v), want 2100, the last in the request", v, ok)
@@ -252,23 +260,10 @@ func TestOffsetCommitLargerThanASegment(t *testing.T) {
 	if code := b.createTopic("c", 1); code != errNone {
 		t.Fatal(code)
 	}
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Version = 7
-	req.Group = "g"
-	req.Generation = -1
-	rt := kmsg.NewOffsetCommitRequestTopic()
-	rt.Topic = "c"
-	md := strings.Repeat("m", maxCommitMetadata)
-	for i := range 17000 { // about 70 MB of records
-		p := kmsg.NewOffsetCommitRequestTopicPartition()
-		p.Offset = int64(i + 1)
-		p.Metadata = &md
-		rt.Partitions = append(rt.Partitions, p)
-	}
-	req.Topics = append(req.Topics, rt)
+	req := bigOffsetCommit(17000) // about 70 MB of records
 	resp := b.coord.commit(req).(*kmsg.OffsetCommitResponse)
 	if code := resp.Topics[0].Partitions[0].ErrorCode; code != errInvalidCommitOffsetSize {
-		t.Fatalf("OffsetCommit of %d partitions with %d-byte metadata: error %d, want %d", len(rt.Partitions), len(md), code, errInvalidCommitOffsetSize)
+		t.Fatalf("OffsetCommit of %d partitions with %d-byte metadata: error %d, want %d", len(req.Topics[0].Partitions), maxCommitMetadata, code, errInvalidCommitOffsetSize)
 	}
 	if _, ok := b.coord.offsets.get("g", topicPartition{"c", 0}); ok {
 		t.Error("a refused commit stored an offset")
