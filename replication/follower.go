@@ -135,8 +135,16 @@ func (n *Node) newResponseApplier(leader int32, req *FetchRequest, now func() ti
 	return &responseApplier{n: n, leader: leader, req: req, now: now}
 }
 
-func (a *responseApplier) fail(err error) {
-	if err != nil && a.firstErr == nil {
+// fail records err, the failure of p's log, and backs p off: the fetcher
+// goes on fetching the leader's other partitions at once (a partition
+// whose log keeps failing, first in the fair order since it gets no data,
+// would otherwise hold them all back). Callers hold p.mu.
+func (a *responseApplier) fail(p *partition, err error) {
+	if err == nil {
+		return
+	}
+	p.backoffUntil = a.now().Add(a.n.cfg.FetchBackoff)
+	if a.firstErr == nil {
 		a.firstErr = err
 	}
 }
@@ -166,7 +174,7 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 	switch {
 	case pr.Error == CodeOffsetOutOfRange:
 		before := [2]int64{l.LogStartOffset(), l.LogEndOffset()}
-		a.fail(n.resetOutOfRange(p, fp, pr))
+		a.fail(p, n.resetOutOfRange(p, fp, pr))
 		if before == [2]int64{l.LogStartOffset(), l.LogEndOffset()} {
 			// Nothing to reset (the leader's log is about to change, or
 			// is not what this node expected): ask again later, not at
@@ -179,7 +187,7 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 		return
 	case pr.Diverging != nil:
 		n.stats.truncations.Add(1)
-		a.fail(l.TruncateTo(truncationTarget(l, *pr.Diverging, p.epoch)))
+		a.fail(p, l.TruncateTo(truncationTarget(l, *pr.Diverging, p.epoch)))
 		return
 	}
 	a.p, a.active, a.fp, a.hw, a.start = p, true, fp, pr.HighWatermark, pr.LogStartOffset
@@ -220,8 +228,7 @@ func (a *responseApplier) records(records []byte) {
 	l := p.log
 	rest := skipBelow(records, l.LogEndOffset())
 	if err := startAtFirstBatch(l, rest, a.start); err != nil {
-		p.backoffUntil = a.now().Add(a.n.cfg.FetchBackoff)
-		a.fail(err)
+		a.fail(p, err)
 		a.active = false
 		return
 	}
@@ -231,8 +238,7 @@ func (a *responseApplier) records(records []byte) {
 		if _, err := l.AppendAsFollower(chunk); err != nil {
 			// The chunks before stay appended: whole batches of the
 			// leader's log, which the next fetch continues after.
-			p.backoffUntil = a.now().Add(a.n.cfg.FetchBackoff)
-			a.fail(err)
+			a.fail(p, err)
 			a.active = false
 			break
 		}
@@ -260,7 +266,7 @@ func (a *responseApplier) endPartition() {
 	l := p.log
 	if appended > 0 && !a.n.cfg.RelaxedDurability {
 		if err := l.Sync(); err != nil {
-			a.fail(err)
+			a.fail(p, err)
 			return
 		}
 	}
@@ -271,7 +277,7 @@ func (a *responseApplier) endPartition() {
 		// Records the leader deleted (retention, DeleteRecordsBefore)
 		// go here too, durably; only committed ones, which this log
 		// holds as the leader does.
-		a.fail(l.DeleteRecordsBefore(a.start))
+		a.fail(p, l.DeleteRecordsBefore(a.start))
 	}
 }
 

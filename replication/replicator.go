@@ -284,18 +284,19 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 			}
 			continue
 		}
-		var err error
+		// err is the fetch's (the transport's, or a bad response):
+		// the fetcher backs off. applyErr is a partition's log failing:
+		// that partition backs off alone (responseApplier.fail).
+		var err, applyErr error
 		if sf != nil {
 			a := r.node.newResponseApplier(leader, req, r.cfg.Now)
 			buf, err = sf.fetchStream(r.ctx, leader, req, buf, a)
-			if _, aerr := a.finish(err == nil); err == nil {
-				err = aerr
-			}
+			_, applyErr = a.finish(err == nil)
 		} else {
 			var resp *FetchResponse
 			resp, err = r.transport.Fetch(r.ctx, leader, req)
 			if err == nil && r.ctx.Err() == nil {
-				_, err = r.node.HandleFetchResponse(leader, req, resp, r.cfg.Now())
+				_, applyErr = r.node.HandleFetchResponse(leader, req, resp, r.cfg.Now())
 			}
 		}
 		if r.ctx.Err() != nil {
@@ -304,12 +305,11 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 		if cap(buf) > keepBytes {
 			buf = nil
 		}
+		if applyErr != nil {
+			r.cfg.Logger.Error("replication: applying a fetch response failed", "leader", leader, "err", applyErr)
+		}
 		if err != nil {
-			if errors.Is(err, log.ErrSyncFailed) || errors.Is(err, log.ErrClosed) {
-				r.cfg.Logger.Error("replication: follower storage failed", "leader", leader, "err", err)
-			} else {
-				r.cfg.Logger.Warn("replication: fetch failed", "leader", leader, "err", err)
-			}
+			r.cfg.Logger.Warn("replication: fetch failed", "leader", leader, "err", err)
 			if !r.sleep(kick, r.cfg.FetchBackoff) {
 				return
 			}
