@@ -255,10 +255,12 @@ func (l *Log) Close() error {
 	}
 	l.mu.Unlock()
 	defer close(l.closeDone)
-	l.bg.stop()
-	l.bg.dropSpare()
+	// Waiters first: they return ErrClosed at once, not after the
+	// flusher stopped (it may be waiting for a FlushGroup turn).
 	l.waiters.wake()
 	l.sync.closeWaiters()
+	l.bg.stop()
+	l.bg.dropSpare()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -39,7 +39,8 @@ func (e *OutOfRangeError) Unwrap() error { return ErrOffsetOutOfRange }
 // ReaderOptions configure a Reader.
 type ReaderOptions struct {
 	// BufferBytes is how much a Reader reads from a segment file per call
-	// (default 1 MiB; a larger batch is read whole).
+	// (default 1 MiB; a larger batch is read whole; at least a batch
+	// header, BatchHeaderSize).
 	BufferBytes int
 	// UpToHighWatermark makes the Reader stop (and wait) at the high
 	// watermark instead of the log end offset.
@@ -84,6 +85,7 @@ func (l *Log) NewReader(offset int64, o ReaderOptions) *Reader {
 	if o.BufferBytes <= 0 {
 		o.BufferBytes = DefaultReadMaxBytes
 	}
+	o.BufferBytes = max(o.BufferBytes, BatchHeaderSize) // a read must hold the next batch's length
 	return &Reader{l: l, opts: o, next: offset, gen: l.truncations.gen.Load()}
 }
 
@@ -109,7 +111,7 @@ func (r *Reader) Next(ctx context.Context) (Batch, error) {
 		if err != nil || b != nil {
 			return b, err
 		}
-		if err := r.l.waitForData(ctx, max(r.next, r.wait), r.opts.UpToHighWatermark, &r.gen); err != nil {
+		if err := r.l.waitForData(ctx, max(r.next, r.wait), r.opts.UpToHighWatermark, &r.gen, r.next); err != nil {
 			return nil, err
 		}
 	}

@@ -211,6 +211,10 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	}
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
+	// Waiters look again on every return: one after a failure may leave
+	// the new segments, log start or log end published (a spurious wake
+	// only makes them check).
+	defer l.waiters.wake()
 	segs := l.segments()
 	// The new segment's file first, so that if it cannot be created
 	// (disk full) nothing has changed. It gets a temporary name until the
@@ -270,9 +274,5 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	l.sync.mu.Lock()
 	l.sync.durable = offset
 	l.sync.mu.Unlock()
-	if err := l.writeRecoveryPoint(offset); err != nil {
-		return err
-	}
-	l.waiters.wake()
-	return nil
+	return l.writeRecoveryPoint(offset)
 }

@@ -42,13 +42,15 @@ func (w *waitList) wake() {
 // offset. It returns ctx.Err() if ctx ends first and ErrClosed if the Log
 // is closed meanwhile.
 func (l *Log) WaitForData(ctx context.Context, offset int64, upToHighWatermark bool) error {
-	return l.waitForData(ctx, offset, upToHighWatermark, nil)
+	return l.waitForData(ctx, offset, upToHighWatermark, nil, 0)
 }
 
 // waitForData is WaitForData that, given a Reader's truncation generation
-// gen, also returns (nil) once a truncation made gen stale: the Reader
-// must then look again, since it may now be past the log end.
-func (l *Log) waitForData(ctx context.Context, offset int64, upToHighWatermark bool, gen *uint64) error {
+// gen and position next, also returns (nil) once a truncation made gen
+// stale, or the log start passed next: the Reader must then look again,
+// since it may now be past the log end, or below the log start (while it
+// waits at a batch that straddles the high watermark, past next).
+func (l *Log) waitForData(ctx context.Context, offset int64, upToHighWatermark bool, gen *uint64, next int64) error {
 	for {
 		ch := l.waiters.channel()
 		if l.closed.Load() {
@@ -58,7 +60,7 @@ func (l *Log) waitForData(ctx context.Context, offset int64, upToHighWatermark b
 		if upToHighWatermark {
 			end = l.HighWatermark()
 		}
-		if end > offset || gen != nil && l.truncations.gen.Load() != *gen {
+		if end > offset || gen != nil && (l.truncations.gen.Load() != *gen || l.logStart.Load() > next) {
 			return nil
 		}
 		select {
