@@ -47,13 +47,7 @@ func TestReaderAtAStraddlingBatchSeesTheLogStartPassIt(t *testing.T) {
 	require.NoError(t, err)
 	l.SetHighWatermark(5)
 	r := l.NewReader(0, ReaderOptions{UpToHighWatermark: true})
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_, err := r.Next(ctx)
-		done <- err
-	}()
+	done := nextWithin(r, 3*time.Second)
 	awaitWaiting(t, 1)
 	require.NoError(t, l.DeleteRecordsBefore(5))
 	err = <-done
@@ -81,13 +75,7 @@ func TestFailedTruncateFullyWakesReaders(t *testing.T) {
 	_, err = l.Append(seqBatch(t, bb, 1, 10, 16)) // offsets 0..9
 	require.NoError(t, err)
 	r := l.NewReader(10, ReaderOptions{})
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_, err := r.Next(ctx)
-		done <- err
-	}()
+	done := nextWithin(r, 3*time.Second)
 	awaitWaiting(t, 1)
 	armed.Store(true)
 	terr := l.TruncateFullyAndStartAt(2)
@@ -145,4 +133,17 @@ func TestCloseWakesWaitersBeforeTheFlusherStops(t *testing.T) {
 	release()
 	released = true
 	require.NoError(t, <-closed)
+}
+
+// nextWithin runs r.Next with a context of d in a goroutine and returns
+// the channel of its error.
+func nextWithin(r *Reader, d time.Duration) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := r.Next(ctx)
+		done <- err
+	}()
+	return done
 }
