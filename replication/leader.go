@@ -232,18 +232,22 @@ func (n *Node) syncAllLed() {
 
 // syncLeader fsyncs p's log if this node leads it and it holds unsynced
 // data, outside p.mu (a fetch or produce of p need not wait for it), then
-// advances the high watermark.
+// advances the high watermark: also when there was nothing to fsync, as
+// the log's own fsyncs (SyncInterval, a roll flush) may have made the
+// data durable since the high watermark last moved.
 func (n *Node) syncLeader(p *partition) {
 	p.mu.Lock()
 	lead := p.role == RoleLeader
 	p.mu.Unlock()
 	l := p.log
-	if !lead || l.DurableOffset() >= l.LogEndOffset() {
+	if !lead {
 		return
 	}
-	if err := l.Sync(); err != nil {
-		n.logger.Warn("replication: leader fsync failed", "partition", p.tp, "err", err)
-		return
+	if l.DurableOffset() < l.LogEndOffset() {
+		if err := l.Sync(); err != nil {
+			n.logger.Warn("replication: leader fsync failed", "partition", p.tp, "err", err)
+			return
+		}
 	}
 	p.mu.Lock()
 	n.maybeAdvanceHW(p)
