@@ -127,6 +127,14 @@ func (x *index) reset() {
 	x.mu.Unlock()
 }
 
+// unload undoes a reset whose rebuild could not finish: the index is to
+// be loaded (or rebuilt) again at its next use, not taken as empty.
+func (x *index) unload() {
+	x.mu.Lock()
+	x.entries, x.loaded, x.dirty = x.entries[:0], false, false
+	x.mu.Unlock()
+}
+
 // flush writes entries not yet in the file and, if sync, fsyncs it. The
 // file is created if missing.
 func (x *index) flush(fs vfs.FS, sync bool) error {

@@ -190,6 +190,12 @@ func (s *segment) rebuild(maxBatch int) rebuildResult {
 			}
 		}
 		if err != nil && !errors.Is(err, ErrCorrupt) {
+			// A read error (EMFILE, EIO) is no verdict on the data: the
+			// indexes are rebuilt again at their next use rather than
+			// left empty, which would hide the segment's records from
+			// lookups and make age retention judge it by its mtime.
+			s.offIdx.unload()
+			s.timeIdx.unload()
 			res.validEnd, res.err = pos, fmt.Errorf("segment %s: %w", s.path(logSuffix), err)
 			return res
 		}
