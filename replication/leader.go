@@ -209,7 +209,7 @@ func (n *Node) syncLedLogs(req *FetchRequest) {
 	}
 	for _, fp := range req.Partitions {
 		if p := n.partition(fp.TopicPartition); p != nil {
-			n.syncLeader(p)
+			n.syncLeader(p, false)
 		}
 	}
 }
@@ -226,21 +226,22 @@ func (n *Node) syncAllLed() {
 	parts := slices.Collect(maps.Values(n.parts))
 	n.mu.RUnlock()
 	for _, p := range parts {
-		n.syncLeader(p)
+		n.syncLeader(p, true)
 	}
 }
 
 // syncLeader fsyncs p's log if this node leads it and it holds unsynced
 // data, outside p.mu (a fetch or produce of p need not wait for it), then
-// advances the high watermark: also when there was nothing to fsync, as
-// the log's own fsyncs (SyncInterval, a roll flush) may have made the
-// data durable since the high watermark last moved.
-func (n *Node) syncLeader(p *partition) {
+// advances the high watermark; with always, also when there was nothing
+// to fsync (the ticker: the log's own fsyncs, SyncInterval or a roll
+// flush, may have made the data durable since the high watermark last
+// moved; a fetch advances it anyway when it tracks the follower).
+func (n *Node) syncLeader(p *partition, always bool) {
 	p.mu.Lock()
 	lead := p.role == RoleLeader
 	p.mu.Unlock()
 	l := p.log
-	if !lead {
+	if !lead || !always && l.DurableOffset() >= l.LogEndOffset() {
 		return
 	}
 	if l.DurableOffset() < l.LogEndOffset() {
