@@ -183,6 +183,10 @@ type span struct {
 // A Builder is not safe for concurrent use. Distinct Builders may be used
 // concurrently, also when they reference the same files: file data is
 // always read at explicit offsets.
+//
+// On Linux a Builder keeps the socket (or file) it last wrote to, with its
+// raw connection, until it writes to another, so that writing responses
+// to one connection allocates nothing; Reset does not drop it.
 type Builder struct {
 	opts     Options
 	optsSet  bool

@@ -43,6 +43,12 @@ type fastState struct {
 
 	n   int64
 	err error
+
+	// outW is the writer of the last WriteTo on the socket path and outRC
+	// its raw connection, kept for the next WriteTo to the same writer
+	// (SyscallConn allocates).
+	outW  io.Writer
+	outRC syscall.RawConn
 }
 
 // fileClosed gives the error of a closed *os.File's raw connection
@@ -81,19 +87,31 @@ func fastConn(w io.Writer) (rc syscall.RawConn, ok bool, err error) {
 	return rc, true, nil
 }
 
+// conn is fastConn(w), from the cache when w is the last writer (a type
+// fastConn accepts is a pointer, so comparing w with it cannot panic).
+func (s *fastState) conn(w io.Writer) (rc syscall.RawConn, ok bool, err error) {
+	if s.outRC != nil && s.outW == w {
+		return s.outRC, true, nil
+	}
+	rc, ok, err = fastConn(w)
+	if ok && err == nil {
+		s.outW, s.outRC = w, rc
+	}
+	return rc, ok, err
+}
+
 // writeFast writes the response with writev and sendfile when w is a
 // socket (or file); handled is false when w does not qualify.
 func (b *Builder) writeFast(w io.Writer) (n int64, handled bool, err error) {
-	rc, ok, err := fastConn(w)
+	s := &b.fast
+	rc, ok, err := s.conn(w)
 	if !ok {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, true, err
 	}
-	s := &b.fast
-	iov, sfCtl := s.iov, s.sfCtl
-	*s = fastState{iov: iov, sfCtl: sfCtl}
+	*s = fastState{iov: s.iov, sfCtl: s.sfCtl, outW: s.outW, outRC: s.outRC}
 	if b.fastFor != b { // first use, or b was copied since
 		s.sfCtl, b.fastStep, b.fastFor = b.sendfileCtl, b.step, b
 	}
