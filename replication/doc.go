@@ -158,6 +158,13 @@
 // malformed after some of its partitions were applied leaves those
 // applied: their batches were validated by the log as any others.
 //
+// In steady replication over TCP the fetch path allocates nothing: each
+// server connection reuses its decoded request, the Replicator's answer
+// and the held fetch's timer, and interns topic names; each fetcher reuses
+// its request, response buffer and decoded response; a pooled connection
+// keeps its context registration from one fetch to the next. What an
+// acks=all Produce allocates is its own wait for the high watermark.
+//
 // # Wire format (TCP transport)
 //
 // Every message is a frame; integers are big-endian. Frame and record

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/replog/replog/log"
@@ -20,12 +21,31 @@ func waitMillis(d time.Duration) int32 {
 // received data last are at the end), or nil if there is none to fetch
 // now (none, or all backing off).
 func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
-	parts := n.fetchOrder(leader)
+	return n.buildFetch(leader, now, &fetchScratch{})
+}
+
+// fetchScratch is what a fetcher reuses from one fetch to the next, so
+// that steady replication allocates nothing: the fair order's partitions,
+// the request and the response's applier. A request built in it is valid
+// until the next buildFetch with it, so it must not be handed to a
+// transport that may keep it (as the in-memory one does, to duplicate).
+type fetchScratch struct {
+	parts   []*partition
+	req     FetchRequest
+	applier responseApplier
+}
+
+// buildFetch is BuildFetch building the request in s.
+func (n *Node) buildFetch(leader int32, now time.Time, s *fetchScratch) *FetchRequest {
+	s.parts = n.fetchOrder(leader, s.parts[:0])
+	parts := s.parts
+	defer clear(parts) // keep no partition alive past the fetch
 	if len(parts) == 0 {
 		return nil
 	}
-	req := &FetchRequest{ClusterID: n.cfg.ClusterID, ReplicaID: n.id, MaxBytes: n.cfg.FetchMaxBytes,
-		MaxWaitMs: waitMillis(n.cfg.FetchMaxWait), seq: n.fetchSeq.Add(1)}
+	req := &s.req
+	*req = FetchRequest{ClusterID: n.cfg.ClusterID, ReplicaID: n.id, MaxBytes: n.cfg.FetchMaxBytes,
+		MaxWaitMs: waitMillis(n.cfg.FetchMaxWait), seq: n.fetchSeq.Add(1), Partitions: req.Partitions[:0]}
 	for _, p := range parts {
 		tp := p.tp
 		p.mu.Lock()
@@ -55,19 +75,19 @@ func (n *Node) BuildFetch(leader int32, now time.Time) *FetchRequest {
 	return req
 }
 
-// fetchOrder returns the partitions followed at leader in their fair
-// order. It takes n.mu for writing, because a walk of the order moves its
+// fetchOrder appends to parts the partitions followed at leader in their
+// fair order. It takes n.mu for writing, because a walk of the order moves its
 // cursor, and returns before BuildFetch may fsync a log, so that a sync
 // never holds up the callers of n.mu (Produce, HandleFetch, role changes).
 // The roles are checked again under each partition's lock.
-func (n *Node) fetchOrder(leader int32) []*partition {
+func (n *Node) fetchOrder(leader int32, parts []*partition) []*partition {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	f := n.fetchers[leader]
 	if f == nil {
-		return nil
+		return parts
 	}
-	parts := make([]*partition, 0, f.Len())
+	parts = slices.Grow(parts, f.Len())
 	for _, p := range f.All() {
 		parts = append(parts, p)
 	}
@@ -133,6 +153,11 @@ type responseApplier struct {
 
 func (n *Node) newResponseApplier(leader int32, req *FetchRequest, now func() time.Time) *responseApplier {
 	return &responseApplier{n: n, leader: leader, req: req, now: now}
+}
+
+// reset readies a for the answer to req, keeping the array of got.
+func (a *responseApplier) reset(n *Node, leader int32, req *FetchRequest, now func() time.Time) {
+	*a = responseApplier{n: n, leader: leader, req: req, now: now, got: a.got[:0]}
 }
 
 // fail records err, the failure of p's log, and backs p off: the fetcher

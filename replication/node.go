@@ -271,21 +271,24 @@ func (n *Node) Leaders() []int32 {
 // waiting, and counts the answer in Stats: records are returned as file
 // regions (see FetchResponse.Materialize).
 func (n *Node) HandleFetch(req *FetchRequest, now time.Time) (*FetchResponse, error) {
-	resp, err := n.handleFetch(req, now)
-	if err == nil {
-		n.countServed(resp)
+	resp := &FetchResponse{}
+	if err := n.handleFetch(req, now, resp); err != nil {
+		return nil, err
 	}
-	return resp, err
+	n.countServed(resp)
+	return resp, nil
 }
 
-// handleFetch is HandleFetch without counting the answer in Stats: the
-// Replicator computes a held fetch's answer again each time data arrives,
-// and counts only the one it sends.
-func (n *Node) handleFetch(req *FetchRequest, now time.Time) (*FetchResponse, error) {
+// handleFetch is HandleFetch answering into resp, whose Partitions' array
+// it reuses, without counting the answer in Stats: the Replicator
+// computes a held fetch's answer again each time data arrives, and counts
+// only the one it sends.
+func (n *Node) handleFetch(req *FetchRequest, now time.Time, resp *FetchResponse) error {
 	if req.ClusterID != n.cfg.ClusterID {
-		return nil, fmt.Errorf("%w: %q, this node is in %q", ErrClusterMismatch, req.ClusterID, n.cfg.ClusterID)
+		return fmt.Errorf("%w: %q, this node is in %q", ErrClusterMismatch, req.ClusterID, n.cfg.ClusterID)
 	}
-	resp := &FetchResponse{Partitions: make([]FetchPartitionResponse, 0, len(req.Partitions))}
+	clear(resp.Partitions) // forget the last answer's segment files
+	*resp = FetchResponse{Partitions: slices.Grow(resp.Partitions[:0], len(req.Partitions))}
 	budget, sent := int64(req.MaxBytes), false
 	for _, fp := range req.Partitions {
 		pr, used := n.handleFetchPartition(req, fp, budget, !sent, now)
@@ -293,7 +296,7 @@ func (n *Node) handleFetch(req *FetchRequest, now time.Time) (*FetchResponse, er
 		sent = sent || used > 0
 		resp.Partitions = append(resp.Partitions, pr)
 	}
-	return resp, nil
+	return nil
 }
 
 // Tick runs the time-based work: ISR shrinking on the partitions this

@@ -200,20 +200,41 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 // goroutine for days. A fetch of no partitions is answered at once. After
 // Close it returns ErrClosed and changes nothing.
 func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+	return r.handleFetchScratch(ctx, req, &serveScratch{})
+}
+
+// serveScratch is what a connection lends handleFetchScratch for each
+// fetch it serves, so that serving allocates nothing in steady state: the
+// response, valid until the connection's next fetch, and the timer of a
+// held fetch.
+type serveScratch struct {
+	resp  FetchResponse
+	timer *time.Timer
+}
+
+// scratchFetchHandler is a FetchHandler that answers into a serveScratch
+// and keeps nothing of req once it returns: TCPServer then reuses both
+// from one request of a connection to the next.
+type scratchFetchHandler interface {
+	handleFetchScratch(ctx context.Context, req *FetchRequest, s *serveScratch) (*FetchResponse, error)
+}
+
+// handleFetchScratch is HandleFetch answering in s.resp.
+func (r *Replicator) handleFetchScratch(ctx context.Context, req *FetchRequest, s *serveScratch) (*FetchResponse, error) {
 	if !r.begin() {
 		return nil, ErrClosed
 	}
 	defer r.ops.Done()
-	resp, err := r.holdFetch(ctx, req)
-	if err == nil {
-		r.node.countServed(resp)
+	if err := r.holdFetch(ctx, req, s); err != nil {
+		return nil, err
 	}
-	return resp, err
+	r.node.countServed(&s.resp)
+	return &s.resp, nil
 }
 
-// holdFetch computes the answer to req again each time new data arrives,
-// until it has news or the wait is over, and returns the last one.
-func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+// holdFetch computes the answer to req in s.resp again each time new data
+// arrives, until it has news or the wait is over.
+func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest, s *serveScratch) error {
 	wait := min(time.Duration(max(req.MaxWaitMs, 0))*time.Millisecond, r.cfg.FetchMaxWait)
 	if len(req.Partitions) == 0 {
 		wait = 0
@@ -225,28 +246,31 @@ func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest) (*FetchRe
 		if r.ctx.Err() != nil {
 			// Closing: serve nothing, so that no follower is tracked and
 			// no ISR change reported once Close began.
-			return nil, ErrClosed
+			return ErrClosed
 		}
-		resp, err := r.node.handleFetch(req, r.cfg.Now())
-		if err != nil || hasNews(resp) {
-			return resp, err
+		if err := r.node.handleFetch(req, r.cfg.Now(), &s.resp); err != nil || hasNews(&s.resp) {
+			return err
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			return resp, nil
+			return nil
 		}
-		t := time.NewTimer(wait)
+		if s.timer == nil {
+			s.timer = time.NewTimer(wait)
+		} else {
+			s.timer.Reset(wait) // Go 1.23 timers: no stale tick survives Reset
+		}
 		select {
 		case <-ch:
-			t.Stop()
-		case <-t.C:
-			return resp, nil
+			s.timer.Stop()
+		case <-s.timer.C:
+			return nil
 		case <-ctx.Done():
-			t.Stop()
-			return resp, nil
+			s.timer.Stop()
+			return nil
 		case <-r.ctx.Done():
-			t.Stop()
-			return nil, ErrClosed
+			s.timer.Stop()
+			return ErrClosed
 		}
 	}
 }
@@ -273,8 +297,15 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 	sf, _ := r.transport.(streamingFetcher)
 	var buf []byte
 	keepBytes := int(r.cfg.FetchMaxBytes) + 1<<20
+	// A streamingFetcher keeps nothing of a request once it returns, so
+	// the fetcher reuses one scratch; other transports get a new one.
+	var scratch fetchScratch
 	for {
-		req := r.node.BuildFetch(leader, r.cfg.Now())
+		s := &scratch
+		if sf == nil {
+			s = &fetchScratch{}
+		}
+		req := r.node.buildFetch(leader, r.cfg.Now(), s)
 		if req == nil {
 			if r.retireLoop(leader) {
 				return
@@ -289,7 +320,8 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 		// that partition backs off alone (responseApplier.fail).
 		var err, applyErr error
 		if sf != nil {
-			a := r.node.newResponseApplier(leader, req, r.cfg.Now)
+			a := &s.applier
+			a.reset(r.node, leader, req, r.cfg.Now)
 			buf, err = sf.fetchStream(r.ctx, leader, req, buf, a)
 			_, applyErr = a.finish(err == nil)
 		} else {

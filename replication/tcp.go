@@ -171,6 +171,52 @@ type tcpConn struct {
 	br   *bufio.Reader
 	wbuf []byte
 	hdr  [frameHeaderSize]byte
+	// A streamed fetch's response is decoded into resp, with its names
+	// interned in names.
+	resp  FetchResponse
+	names nameTable
+	// watched is the Done channel of the context whose end interrupts
+	// the connection's I/O, and unwatch stops that. It stays registered
+	// between fetches of the same context (a Replicator's fetcher passes
+	// one for its life), so that a fetch does not register one each; a
+	// connection that context's end may have interrupted is not reused.
+	watched <-chan struct{}
+	unwatch func() bool
+}
+
+// errInterrupted is the error of a pooled connection that the end of an
+// earlier fetch's context may have interrupted; fetch dials a new one.
+var errInterrupted = errors.New("replication: connection interrupted by an earlier fetch's context")
+
+// watch makes the end of ctx interrupt c's I/O. It reports false when the
+// context watched before ended and may have interrupted c.
+func (c *tcpConn) watch(ctx context.Context) bool {
+	done := ctx.Done()
+	if done != nil && done == c.watched {
+		return true
+	}
+	if c.unwatch != nil {
+		stopped := c.unwatch()
+		c.watched, c.unwatch = nil, nil
+		if !stopped {
+			return false
+		}
+	}
+	if done != nil {
+		c.watched = done
+		c.unwatch = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(longAgo) })
+	}
+	return true
+}
+
+// close closes c and stops watching its context. Only c's user, or the
+// pool's owner while c is idle, may call it.
+func (c *tcpConn) close() {
+	if c.unwatch != nil {
+		c.unwatch()
+		c.watched, c.unwatch = nil, nil
+	}
+	_ = c.nc.Close()
 }
 
 // NewTCPTransport returns a transport that reaches nodes at the addresses
@@ -289,7 +335,7 @@ func (t *TCPTransport) idleConn(node int32, addr string) (*tcpConn, error) {
 			return c, nil
 		}
 		delete(t.conns, c)
-		_ = c.nc.Close() // the node moved
+		c.close() // the node moved
 	}
 	delete(t.idle, node)
 	return nil, nil
@@ -337,7 +383,7 @@ func (t *TCPTransport) release(c *tcpConn, keep bool) {
 		return
 	}
 	delete(t.conns, c)
-	_ = c.nc.Close()
+	c.close()
 }
 
 // longAgo is a deadline in the past, which interrupts blocked I/O.
@@ -367,14 +413,21 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline, ctxDeadline = d, true
 	}
+	if !c.watch(ctx) {
+		return nil, nil, false, true, errInterrupted
+	}
 	if err := c.nc.SetDeadline(deadline); err != nil {
 		return nil, nil, false, false, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(longAgo) })
+	if err := ctx.Err(); err != nil {
+		// It may have ended before the deadline above replaced the one
+		// its end set.
+		return nil, nil, false, false, err
+	}
 	resp, body, keep, stale, err = t.exchange(c, corr, req, buf, sink)
-	if !stop() {
-		// The context ended: its deadline change may land at any time,
-		// so the connection cannot be reused.
+	if ctx.Err() != nil {
+		// Its deadline change may land at any time, so the connection
+		// cannot be reused.
 		keep = false
 	}
 	if ctxDeadline && errors.Is(err, os.ErrDeadlineExceeded) {
@@ -431,10 +484,15 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 	}
 	switch h.typ {
 	case msgFetchResponse:
-		resp, err := decodeFetchResponse(body)
-		if err == nil && sink != nil {
-			sinkResponse(resp, sink)
+		if sink != nil {
+			err := decodeFetchResponseInto(body, &c.resp, &c.names)
+			if err == nil {
+				sinkResponse(&c.resp, sink)
+			}
+			clear(c.resp.Partitions) // they alias body
+			return nil, body, true, false, err
 		}
+		resp, err := decodeFetchResponse(body)
 		return resp, body, true, false, err
 	case msgError:
 		return nil, body, true, false, decodeError(body)
@@ -455,8 +513,13 @@ func (t *TCPTransport) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
+	for _, idle := range t.idle {
+		for _, c := range idle {
+			c.close()
+		}
+	}
 	for c := range t.conns {
-		_ = c.nc.Close()
+		_ = c.nc.Close() // its user's release stops its watch
 	}
 	clear(t.conns)
 	clear(t.idle)
@@ -569,6 +632,11 @@ type serverConn struct {
 	scratch []byte // a response's headers
 	out     []byte // an error frame
 	b       send.Builder
+	// With a scratchFetchHandler, requests are decoded into req, with
+	// their names interned in names, and answered in serve.
+	req   FetchRequest
+	names nameTable
+	serve serveScratch
 }
 
 // serve reads requests from nc and answers them, in order, until the
@@ -621,7 +689,7 @@ func (s *TCPServer) readRequest(c *serverConn) (corr uint64, req *FetchRequest, 
 	if err != nil {
 		return h.corr, nil, false
 	}
-	req, err = s.decodeRequest(h, c.body)
+	req, err = s.decodeRequest(c, h)
 	if cap(c.body) > 1<<20 {
 		c.body = nil // do not keep a huge request's buffer
 	}
@@ -693,22 +761,39 @@ func (s *TCPServer) drainRefused(c *serverConn, h frameHeader) {
 	_, _ = io.CopyN(io.Discard, c.br, int64(min(h.bodyLen, maxRefusedDrain)))
 }
 
-func (s *TCPServer) decodeRequest(h frameHeader, body []byte) (*FetchRequest, error) {
+// decodeRequest decodes the request in c.body: into c.req when the handler
+// keeps nothing of it (scratchFetchHandler), else into a new one.
+func (s *TCPServer) decodeRequest(c *serverConn, h frameHeader) (*FetchRequest, error) {
 	if err := h.checkVersion(); err != nil {
 		return nil, err
 	}
 	if h.typ != msgFetchRequest {
 		return nil, fmt.Errorf("%w: unexpected message type %d", ErrMalformedFrame, h.typ)
 	}
-	return decodeFetchRequest(body)
+	if _, ok := s.handler.(scratchFetchHandler); !ok {
+		return decodeFetchRequest(c.body)
+	}
+	if err := decodeFetchRequestInto(c.body, &c.req, &c.names); err != nil {
+		return nil, err
+	}
+	return &c.req, nil
+}
+
+// handle has the handler answer req, in c.serve when it can.
+func (s *TCPServer) handle(c *serverConn, req *FetchRequest) (*FetchResponse, error) {
+	if h, ok := s.handler.(scratchFetchHandler); ok {
+		return h.handleFetchScratch(s.ctx, req, &c.serve)
+	}
+	return s.handler.HandleFetch(s.ctx, req)
 }
 
 // answer has the handler serve req and writes its response, or an error
 // frame; it reports whether the connection may go on.
 func (s *TCPServer) answer(c *serverConn, corr uint64, req *FetchRequest) bool {
 	req.MaxBytes = framedMaxBytes(req, s.opts.MaxFrameBytes)
-	resp, err := s.handler.HandleFetch(s.ctx, req)
+	resp, err := s.handle(c, req)
 	if err != nil {
+		clear(c.serve.resp.Partitions) // a held fetch's earlier answer
 		return s.writeError(c, corr, err)
 	}
 	c.b.Reset()
@@ -723,10 +808,11 @@ func (s *TCPServer) answer(c *serverConn, corr uint64, req *FetchRequest) bool {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
 	_, err = c.b.WriteTo(c.nc)
 	c.b.Reset() // forget the segment files
+	clear(c.serve.resp.Partitions)
 	if len(resp.Partitions) > keepResponsePartitions || cap(c.scratch) > 1<<20 {
 		// Do not keep a huge response's buffers for the connection's
 		// life: a peer could pin them with small requests.
-		c.scratch, c.b = nil, send.Builder{}
+		c.scratch, c.b, c.serve.resp, c.req = nil, send.Builder{}, FetchResponse{}, FetchRequest{}
 	}
 	if err != nil && s.ctx.Err() == nil {
 		s.opts.Logger.Warn("replication: writing a fetch response failed", "remote", c.nc.RemoteAddr(), "err", err)

@@ -338,9 +338,10 @@ func appendErrorFrame(dst []byte, corr uint64, msg string) []byte {
 // failure sticks: later reads return zero values, and err says where the
 // body fell short.
 type wireReader struct {
-	b   []byte
-	off int
-	err error
+	b     []byte
+	off   int
+	err   error
+	names *nameTable // interns the strings read, when set
 }
 
 func (r *wireReader) take(n int, what string) []byte {
@@ -391,7 +392,7 @@ func (r *wireReader) i64(what string) int64 { return int64(r.u64(what)) }
 
 func (r *wireReader) str(what string) string {
 	n := int(r.u16(what))
-	return string(r.take(n, what))
+	return r.names.get(r.take(n, what))
 }
 
 // strOr is str returning prev, without allocating, when the bytes equal
@@ -399,9 +400,39 @@ func (r *wireReader) str(what string) string {
 func (r *wireReader) strOr(prev, what string) string {
 	n := int(r.u16(what))
 	if b := r.take(n, what); string(b) != prev {
-		return string(b)
+		return r.names.get(b)
 	}
 	return prev
+}
+
+// nameTable interns the names (cluster id, topics) that the frames of one
+// connection carry, so that a steady exchange about the same partitions
+// allocates no strings. It keeps at most maxInternedNames names of at
+// most maxInternedNameBytes each, so a peer sending ever new names costs
+// it at most about 256 KiB; past that it starts over.
+type nameTable struct {
+	m map[string]string
+}
+
+const (
+	maxInternedNames     = 1024
+	maxInternedNameBytes = 255 // Kafka's topic names are at most 249 bytes
+)
+
+// get returns b as a string, interned when t is not nil.
+func (t *nameTable) get(b []byte) string {
+	if t == nil || len(b) > maxInternedNameBytes {
+		return string(b)
+	}
+	if s, ok := t.m[string(b)]; ok {
+		return s
+	}
+	if t.m == nil || len(t.m) >= maxInternedNames {
+		t.m = make(map[string]string)
+	}
+	s := string(b)
+	t.m[s] = s
+	return s
 }
 
 // count reads a u32 count of entries taking at least minBytes each, and
@@ -428,16 +459,28 @@ func (r *wireReader) end() error {
 // partitions at once, once their count was checked against the body's
 // size, and a topic name only where it differs from the one before.
 func decodeFetchRequest(body []byte) (*FetchRequest, error) {
-	r := &wireReader{b: body}
 	req := &FetchRequest{}
+	if err := decodeFetchRequestInto(body, req, nil); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// decodeFetchRequestInto is decodeFetchRequest into req, reusing its
+// Partitions' array when it is large enough, with names interned in names
+// (nil: allocated). On error req holds part of the request.
+func decodeFetchRequestInto(body []byte, req *FetchRequest, names *nameTable) error {
+	r := &wireReader{b: body, names: names}
+	*req = FetchRequest{Partitions: req.Partitions[:0]}
 	req.ClusterID = r.str("cluster id")
 	req.ReplicaID = r.i32("replica id")
 	req.MaxBytes = r.i32("max bytes")
 	req.MaxWaitMs = r.i32("max wait")
 	n := r.count(minRequestPartitionBytes, "partitions")
-	if n > 0 {
+	if n > cap(req.Partitions) {
 		req.Partitions = make([]FetchPartition, n)
 	}
+	req.Partitions = req.Partitions[:n]
 	topic := ""
 	for i := 0; i < n && r.err == nil; i++ {
 		p := &req.Partitions[i]
@@ -449,20 +492,29 @@ func decodeFetchRequest(body []byte) (*FetchRequest, error) {
 		p.LastFetchedEpoch = r.i32("last fetched epoch")
 		p.LogStartOffset = r.i64("log start offset")
 	}
-	if err := r.end(); err != nil {
-		return nil, err
-	}
-	return req, nil
+	return r.end()
 }
 
 // decodeFetchResponse decodes a fetch response body. Each partition's
 // Records alias body (capacity capped at their length); the caller owns
 // body from then on.
 func decodeFetchResponse(body []byte) (*FetchResponse, error) {
-	r := &wireReader{b: body}
 	resp := &FetchResponse{}
+	if err := decodeFetchResponseInto(body, resp, nil); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// decodeFetchResponseInto is decodeFetchResponse into resp, reusing its
+// Partitions' array, with names interned in names (nil: allocated). On
+// error resp holds part of the response.
+func decodeFetchResponseInto(body []byte, resp *FetchResponse, names *nameTable) error {
+	r := &wireReader{b: body, names: names}
+	clear(resp.Partitions) // forget the last response's records
+	*resp = FetchResponse{Partitions: resp.Partitions[:0]}
 	n := r.count(minResponsePartitionBytes, "partitions")
-	if n > 0 {
+	if n > 0 && resp.Partitions == nil {
 		resp.Partitions = make([]FetchPartitionResponse, 0, min(n, maxPrealloc))
 	}
 	for i := 0; i < n && r.err == nil; i++ {
@@ -472,10 +524,7 @@ func decodeFetchResponse(body []byte) (*FetchResponse, error) {
 		}
 		resp.Partitions = append(resp.Partitions, p)
 	}
-	if err := r.end(); err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return r.end()
 }
 
 // decodePartitionHeader decodes one partition of a fetch response up to
@@ -489,11 +538,11 @@ func decodePartitionHeader(r *wireReader) (FetchPartitionResponse, int) {
 	p.LogStartOffset = r.i64("log start offset")
 	p.LogEndOffset = r.i64("log end offset")
 	flag := r.u8("diverging flag")
-	div := EpochEndOffset{Epoch: r.i32("diverging epoch"), EndOffset: r.i64("diverging end offset")}
+	epoch, end := r.i32("diverging epoch"), r.i64("diverging end offset")
 	switch {
 	case r.err != nil:
 	case flag == 1:
-		p.Diverging = &div
+		p.Diverging = &EpochEndOffset{Epoch: epoch, EndOffset: end}
 	case flag != 0:
 		r.err = fmt.Errorf("%w: diverging flag %d", ErrMalformedFrame, flag)
 	}

@@ -376,6 +376,7 @@ func FuzzFrameDecode(f *testing.F) {
 				require.Equal(t, want, &sink.resp)
 			}
 		}
+		checkDecodeIntoReused(t, data, maxFrame)
 		h, v, err := decodeWhole(data, maxFrame)
 		if err != nil {
 			if !errors.Is(err, ErrMalformedFrame) && !errors.Is(err, ErrFrameTooLarge) && !errors.Is(err, ErrRemote) {
@@ -407,4 +408,36 @@ func FuzzFrameDecode(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, data[frameHeaderSize:], body)
 	})
+}
+
+// checkDecodeIntoReused decodes a frame's body into a request and a
+// response that first held the sample ones, with a name table, as a
+// connection does: the result and error are those of a fresh decode.
+func checkDecodeIntoReused(t *testing.T, data []byte, maxFrame int) {
+	_, body, err := decodeFrame(data, maxFrame)
+	if err != nil {
+		return
+	}
+	names := &nameTable{}
+	req := sampleRequest()
+	wantReq, werr := decodeFetchRequest(body)
+	err = decodeFetchRequestInto(body, req, names)
+	require.Equal(t, werr, err)
+	if err == nil {
+		require.Equal(t, wantReq.ClusterID, req.ClusterID)
+		require.Equal(t, len(wantReq.Partitions), len(req.Partitions))
+		for i := range req.Partitions {
+			require.Equal(t, wantReq.Partitions[i], req.Partitions[i])
+		}
+	}
+	resp := sampleResponse()
+	wantResp, werr := decodeFetchResponse(body)
+	err = decodeFetchResponseInto(body, resp, names)
+	require.Equal(t, werr, err)
+	if err == nil {
+		require.Equal(t, len(wantResp.Partitions), len(resp.Partitions))
+		for i := range resp.Partitions {
+			require.Equal(t, wantResp.Partitions[i], resp.Partitions[i])
+		}
+	}
 }

@@ -1,0 +1,236 @@
+package replication
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/replog/replog/log"
+)
+
+// TestReplicatedProduceAllocations checks that the fetches carrying an
+// acks=all batch over TCP allocate nothing in steady state: the leader's
+// server reuses each connection's request, response, timer and raw
+// connection, and the follower's fetcher its request, applier and decoded
+// response. What is left is Produce's own waiting.
+func TestReplicatedProduceAllocations(t *testing.T) {
+	tp := TopicPartition{Topic: "t", Partition: 0}
+	reps := startTCPReplicas(t, 2, tp, Config{ClusterID: "a", MinInsyncReplicas: 2}, log.Options{})
+	require.NoError(t, reps[0].rep.BecomeLeader(tp, 1, []int32{0, 1}, []int32{0, 1}))
+	require.NoError(t, reps[1].rep.BecomeFollower(tp, 1, 0))
+	batch := batchOfSize(t, 1<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	produce := func() {
+		_, err := reps[0].rep.Produce(ctx, tp, batch, AcksAll)
+		require.NoError(t, err)
+	}
+	for range 100 { // connections, buffers, the ISR
+		produce()
+	}
+	allocs := testing.AllocsPerRun(200, produce)
+	t.Logf("%.0f allocations per acks=all produce", allocs)
+	require.LessOrEqual(t, allocs, float64(producePathAllocs))
+}
+
+// producePathAllocs is what an acks=all Produce allocates itself: its
+// wait's context and registrations, and the log's wake channels.
+const producePathAllocs = 14
+
+// TestTCPTransportContextWatchAcrossFetches checks the context watch a
+// pooled connection keeps between fetches: a second fetch with the same
+// context is still interrupted when it ends, a connection whose earlier
+// context ended serves a fetch with another one, and no watch outlives
+// its connection.
+func TestTCPTransportContextWatchAcrossFetches(t *testing.T) {
+	checkGoroutines(t)
+	ln := fakeLeader(t)
+	addr := ln.Addr().String()
+	never := &FetchRequest{MaxBytes: fakeNever, MaxWaitMs: 60_000}
+	okReq := &FetchRequest{MaxBytes: fakeOK}
+
+	t.Run("same context", func(t *testing.T) {
+		tr := newTransport(t, addr, TCPOptions{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_, err := tr.Fetch(ctx, 0, okReq)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			_, err := tr.Fetch(ctx, 0, never)
+			done <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // the request is on its way
+		cancel()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.Canceled)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the held fetch did not end with its context")
+		}
+	})
+	t.Run("ended context", func(t *testing.T) {
+		tr := newTransport(t, addr, TCPOptions{})
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := tr.Fetch(ctx, 0, okReq)
+		require.NoError(t, err)
+		cancel() // while the connection is idle
+		time.Sleep(10 * time.Millisecond)
+		for range 3 {
+			_, err = tr.Fetch(context.Background(), 0, okReq)
+			require.NoError(t, err)
+		}
+	})
+	t.Run("watches end with their connections", func(t *testing.T) {
+		tr := newTransport(t, addr, TCPOptions{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_, err := tr.Fetch(ctx, 0, &FetchRequest{MaxBytes: fakeAnswerThenClose})
+		require.NoError(t, err)
+		tr.mu.Lock()
+		first := tr.idle[0][0]
+		tr.mu.Unlock()
+		_, err = tr.Fetch(ctx, 0, okReq) // the peer closed first: redialed
+		require.NoError(t, err)
+		tr.mu.Lock()
+		second := tr.idle[0][0]
+		tr.mu.Unlock()
+		require.NotSame(t, first, second)
+		require.Nil(t, first.unwatch, "the closed connection still watches its context")
+		require.NotNil(t, second.unwatch)
+		require.NoError(t, tr.Close())
+		require.Nil(t, second.unwatch, "Close left an idle connection watching its context")
+	})
+}
+
+// TestTCPServerRequestsOfAHandlerThatKeepsThem checks that a handler other
+// than a Replicator may keep the requests it gets: the server decodes each
+// into a new one.
+func TestTCPServerRequestsOfAHandlerThatKeepsThem(t *testing.T) {
+	checkGoroutines(t)
+	var mu sync.Mutex
+	var kept []*FetchRequest
+	h := handlerFunc(func(_ context.Context, req *FetchRequest) (*FetchResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		kept = append(kept, req)
+		return &FetchResponse{}, nil
+	})
+	_, ln := startServer(t, h, TCPOptions{})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
+	for parts := 1; parts <= 3; parts++ {
+		_, err := tr.Fetch(context.Background(), 0, testRequest(parts))
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, kept, 3)
+	for i, req := range kept {
+		require.Equal(t, testRequest(i+1).Partitions, req.Partitions)
+	}
+}
+
+// TestTCPServerReusesARequestAcrossShapes fetches from a Replicator, over
+// one connection, requests of changing partitions: each answer is the
+// one its request asks for, with nothing left from the one before.
+func TestTCPServerReusesARequestAcrossShapes(t *testing.T) {
+	checkGoroutines(t)
+	l := make([]*log.Log, 3)
+	r, err := New(Config{ReplicaID: 0, ClusterID: "a", FetchMaxWait: time.Millisecond}, NewMemNetwork(1).Transport(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	tps := make([]TopicPartition, len(l))
+	for i := range l {
+		l[i], err = log.Open(t.TempDir(), log.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, l[i].Close()) })
+		tps[i] = TopicPartition{Topic: fmt.Sprintf("topic-%d", i), Partition: int32(i)}
+		require.NoError(t, r.AddPartition(tps[i], l[i]))
+		require.NoError(t, r.BecomeLeader(tps[i], 1, []int32{0, 1}, []int32{0}))
+		for range i + 1 {
+			_, err = r.Produce(context.Background(), tps[i], batchOf(t, 2, tps[i].Topic), AcksLeader)
+			require.NoError(t, err)
+		}
+	}
+	_, ln := startServer(t, r, TCPOptions{})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
+	for _, order := range [][]int{{0, 1, 2}, {1}, {2, 0}, {}, {2, 1, 0}, {0}} {
+		req := &FetchRequest{ClusterID: "a", ReplicaID: 1, MaxBytes: 1 << 20}
+		for _, i := range order {
+			req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: tps[i], CurrentLeaderEpoch: 1, LastFetchedEpoch: log.NoLeaderEpoch})
+		}
+		resp, err := tr.Fetch(context.Background(), 0, req)
+		require.NoError(t, err)
+		require.Len(t, resp.Partitions, len(order))
+		for k, i := range order {
+			p := resp.Partitions[k]
+			require.Equal(t, tps[i], p.TopicPartition)
+			require.Equal(t, CodeNone, p.Error)
+			require.Nil(t, p.Diverging)
+			require.Equal(t, int64(2*(i+1)), p.LogEndOffset)
+			want, err := l[i].Read(nil, 0, log.ReadOptions{})
+			require.NoError(t, err)
+			require.Equal(t, want, p.Records, "partition %s in order %v", tps[i], order)
+		}
+	}
+	require.Equal(t, int32(1), ln.accepted.Load())
+}
+
+// TestDecodeIntoReusedMessages decodes frames of changing shapes into one
+// request and one response: each decodes as into a new one, nothing of
+// the one before left (a diverging epoch, records, partitions).
+func TestDecodeIntoReusedMessages(t *testing.T) {
+	var names nameTable
+	var req FetchRequest
+	var resp FetchResponse
+	plain := &FetchResponse{Partitions: []FetchPartitionResponse{
+		{TopicPartition: TopicPartition{Topic: "x", Partition: 7}, HighWatermark: 5, LogEndOffset: 9}}}
+	responses := []*FetchResponse{sampleResponse(), plain, {}, sampleResponse()}
+	for i, want := range responses {
+		frame, err := appendFetchResponseFrame(nil, 1, want)
+		require.NoError(t, err)
+		body := frame[frameHeaderSize:]
+		fresh, err := decodeFetchResponse(body)
+		require.NoError(t, err)
+		require.NoError(t, decodeFetchResponseInto(body, &resp, &names))
+		require.Equal(t, len(fresh.Partitions), len(resp.Partitions), "response %d", i)
+		for k := range fresh.Partitions {
+			require.Equal(t, fresh.Partitions[k], resp.Partitions[k], "response %d", i)
+		}
+
+		r := testRequest(len(want.Partitions))
+		r.ClusterID = fmt.Sprintf("cluster-%d", i)
+		frame, err = appendFetchRequestFrame(nil, 1, r)
+		require.NoError(t, err)
+		require.NoError(t, decodeFetchRequestInto(frame[frameHeaderSize:], &req, &names))
+		freshReq, err := decodeFetchRequest(frame[frameHeaderSize:])
+		require.NoError(t, err)
+		require.Equal(t, freshReq.ClusterID, req.ClusterID)
+		require.Equal(t, len(freshReq.Partitions), len(req.Partitions), "request %d", i)
+		for k := range freshReq.Partitions {
+			require.Equal(t, freshReq.Partitions[k], req.Partitions[k], "request %d", i)
+		}
+	}
+}
+
+// TestNameTableBounds checks that interned names stay what was read while
+// the table starts over past its limits, and that long names are not kept.
+func TestNameTableBounds(t *testing.T) {
+	var names nameTable
+	for i := range 3 * maxInternedNames {
+		b := []byte(fmt.Sprintf("topic-%d", i%(maxInternedNames+10)))
+		require.Equal(t, string(b), names.get(b))
+		require.LessOrEqual(t, len(names.m), maxInternedNames)
+	}
+	long := bytes.Repeat([]byte("n"), maxInternedNameBytes+1)
+	require.Equal(t, string(long), names.get(long))
+	_, kept := names.m[string(long)]
+	require.False(t, kept)
+	var none *nameTable
+	require.Equal(t, "t", none.get([]byte("t")))
+}
