@@ -3,8 +3,13 @@ package replication
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,4 +238,154 @@ func TestNameTableBounds(t *testing.T) {
 	require.False(t, kept)
 	var none *nameTable
 	require.Equal(t, "t", none.get([]byte("t")))
+}
+
+// guardedReplicator is a user FetchHandler that wraps a Replicator by
+// embedding it and overrides HandleFetch (to count, authorize, log, ...).
+type guardedReplicator struct {
+	*Replicator
+	calls   atomic.Int32
+	allowed int32
+}
+
+func (g *guardedReplicator) HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+	g.calls.Add(1)
+	if req.ReplicaID != g.allowed {
+		return nil, errors.New("replica not allowed")
+	}
+	return g.Replicator.HandleFetch(ctx, req)
+}
+
+// TestTCPServerCallsTheHandlerOfAWrappedReplicator: a handler embedding
+// *Replicator got the promoted (unexported) handleFetchScratch, so
+// TCPServer took it for the Replicator itself and never called the
+// handler's own HandleFetch. Only a *Replicator is now served directly.
+func TestTCPServerCallsTheHandlerOfAWrappedReplicator(t *testing.T) {
+	tp := TopicPartition{Topic: "t", Partition: 0}
+	l, err := log.Open(t.TempDir(), log.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	r, err := New(Config{ReplicaID: 0, ClusterID: "a", FetchMaxWait: 10 * time.Millisecond}, NewMemNetwork(1).Transport(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	require.NoError(t, r.AddPartition(tp, l))
+	require.NoError(t, r.BecomeLeader(tp, 1, []int32{0, 1, 2}, []int32{0}))
+
+	h := &guardedReplicator{Replicator: r, allowed: 1}
+	_, ln := startServer(t, h, TCPOptions{})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
+	req := &FetchRequest{ClusterID: "a", ReplicaID: 2, MaxBytes: 1 << 20,
+		Partitions: []FetchPartition{{TopicPartition: tp, CurrentLeaderEpoch: 1, LastFetchedEpoch: log.NoLeaderEpoch}}}
+	_, err = tr.Fetch(context.Background(), 0, req)
+	require.Equal(t, int32(1), h.calls.Load(), "the handler's HandleFetch was not called")
+	require.ErrorIs(t, err, ErrRemote, "replica 2 must be refused by the handler")
+}
+
+// TestTCPTransportPoolsAcrossPerCallContexts: with one context per Fetch
+// (WithTimeout, canceled after it), every fetch redialed, since the end of
+// the context a pooled connection still watched made it unusable. The end
+// of a context now interrupts only a fetch of it in progress.
+func TestTCPTransportPoolsAcrossPerCallContexts(t *testing.T) {
+	ln := fakeLeader(t)
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := tr.Fetch(ctx, 0, &FetchRequest{MaxBytes: fakeOK})
+		cancel()
+		require.NoError(t, err)
+		time.Sleep(5 * time.Millisecond) // let the AfterFunc of the ended context run
+	}
+	require.Equal(t, int32(1), ln.accepted.Load(), "sequential fetches should share one connection")
+}
+
+// TestTCPServerDropsARefusedHugeRequest: a peer sent one request of
+// MaxRequestBytes that the Replicator refused (another cluster); the
+// server connection kept the decoded request's partitions (about 6.5 MB)
+// for the connection's life, while the body buffer itself was dropped.
+func TestTCPServerDropsARefusedHugeRequest(t *testing.T) {
+	r, err := New(Config{ReplicaID: 0, ClusterID: "a", FetchMaxWait: 10 * time.Millisecond}, NewMemNetwork(1).Transport(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	_, ln := startServer(t, r, TCPOptions{})
+
+	n := (DefaultMaxRequestBytes - 1024) / 30 // empty topic: 30 bytes a partition
+	req := &FetchRequest{ClusterID: "other", ReplicaID: 1, MaxBytes: 1 << 20, Partitions: make([]FetchPartition, n)}
+	frame, err := appendFetchRequestFrame(nil, 7, req)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(frame), DefaultMaxRequestBytes)
+	req = nil
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const conns = 4
+	var cs []net.Conn
+	for range conns {
+		c := rawConn(t, ln.Addr().String())
+		_, err := c.Write(frame)
+		require.NoError(t, err)
+		require.ErrorIs(t, expectError(t, c, 7), ErrClusterMismatch)
+		cs = append(cs, c) // the connections stay open (and idle)
+	}
+	frame = nil
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("heap grew by %.1f MB with %d idle connections", float64(grown)/(1<<20), conns)
+	require.Less(t, grown, int64(8<<20), "refused requests stay pinned by their connections")
+	runtime.KeepAlive(cs)
+}
+
+// TestEmptyFetchAnswerHasPartitions: Node.HandleFetch answers a fetch of
+// no partitions with an empty, non-nil Partitions slice, as it did before
+// answers were computed into reused responses.
+func TestEmptyFetchAnswerHasPartitions(t *testing.T) {
+	n, err := NewNode(Config{ReplicaID: 0, ClusterID: "a"})
+	require.NoError(t, err)
+	resp, err := n.HandleFetch(&FetchRequest{ClusterID: "a", ReplicaID: 1}, time.Now())
+	require.NoError(t, err)
+	require.NotNil(t, resp.Partitions)
+}
+
+// TestTCPTransportContextWatchStress runs concurrent fetches with shared,
+// per-call and timed-out contexts, canceled mid-fetch, then Close: under
+// -race it checks the watch bookkeeping of pooled connections.
+func TestTCPTransportContextWatchStress(t *testing.T) {
+	ln := fakeLeader(t)
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{MaxIdleConns: 3})
+	shared, cancelShared := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 200 {
+				var ctx context.Context
+				var cancel context.CancelFunc
+				switch rng.IntN(3) {
+				case 0:
+					ctx, cancel = shared, func() {}
+				case 1:
+					ctx, cancel = context.WithCancel(context.Background())
+				default:
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(2000))*time.Microsecond)
+				}
+				mb := int32(fakeOK)
+				if rng.IntN(4) == 0 {
+					mb = fakeNever
+					d := time.Duration(rng.IntN(1000)) * time.Microsecond
+					go func() { time.Sleep(d); cancel() }()
+				}
+				_, _ = tr.Fetch(ctx, 0, &FetchRequest{MaxBytes: mb, MaxWaitMs: 1000})
+				cancel()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancelShared()
+	time.Sleep(100 * time.Millisecond)
+	_ = tr.Close()
+	wg.Wait()
 }

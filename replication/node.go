@@ -288,7 +288,11 @@ func (n *Node) handleFetch(req *FetchRequest, now time.Time, resp *FetchResponse
 		return fmt.Errorf("%w: %q, this node is in %q", ErrClusterMismatch, req.ClusterID, n.cfg.ClusterID)
 	}
 	clear(resp.Partitions) // forget the last answer's segment files
-	*resp = FetchResponse{Partitions: slices.Grow(resp.Partitions[:0], len(req.Partitions))}
+	parts := resp.Partitions[:0]
+	if parts == nil {
+		parts = make([]FetchPartitionResponse, 0, len(req.Partitions)) // never nil
+	}
+	*resp = FetchResponse{Partitions: slices.Grow(parts, len(req.Partitions))}
 	budget, sent := int64(req.MaxBytes), false
 	for _, fp := range req.Partitions {
 		pr, used := n.handleFetchPartition(req, fp, budget, !sent, now)

@@ -212,14 +212,9 @@ type serveScratch struct {
 	timer *time.Timer
 }
 
-// scratchFetchHandler is a FetchHandler that answers into a serveScratch
-// and keeps nothing of req once it returns: TCPServer then reuses both
-// from one request of a connection to the next.
-type scratchFetchHandler interface {
-	handleFetchScratch(ctx context.Context, req *FetchRequest, s *serveScratch) (*FetchResponse, error)
-}
-
-// handleFetchScratch is HandleFetch answering in s.resp.
+// handleFetchScratch is HandleFetch answering in s.resp. It keeps nothing
+// of req once it returns: TCPServer reuses both from one request of a
+// connection to the next.
 func (r *Replicator) handleFetchScratch(ctx context.Context, req *FetchRequest, s *serveScratch) (*FetchResponse, error) {
 	if !r.begin() {
 		return nil, ErrClosed

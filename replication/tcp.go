@@ -176,37 +176,58 @@ type tcpConn struct {
 	resp  FetchResponse
 	names nameTable
 	// watched is the Done channel of the context whose end interrupts
-	// the connection's I/O, and unwatch stops that. It stays registered
-	// between fetches of the same context (a Replicator's fetcher passes
-	// one for its life), so that a fetch does not register one each; a
-	// connection that context's end may have interrupted is not reused.
+	// the connection's I/O while a fetch of it is in progress (busy), and
+	// unwatch stops that. It stays registered between fetches of the same
+	// context (a Replicator's fetcher passes one for its life), so that a
+	// fetch does not register one each. busyMu orders an interruption
+	// against the start and end of fetches: one that comes while c is
+	// idle, or busy with another context, does nothing.
 	watched <-chan struct{}
 	unwatch func() bool
+	busyMu  sync.Mutex
+	busy    <-chan struct{}
 }
 
-// errInterrupted is the error of a pooled connection that the end of an
-// earlier fetch's context may have interrupted; fetch dials a new one.
-var errInterrupted = errors.New("replication: connection interrupted by an earlier fetch's context")
-
-// watch makes the end of ctx interrupt c's I/O. It reports false when the
-// context watched before ended and may have interrupted c.
-func (c *tcpConn) watch(ctx context.Context) bool {
+// watch makes the end of ctx interrupt c's fetches of ctx.
+func (c *tcpConn) watch(ctx context.Context) {
 	done := ctx.Done()
-	if done != nil && done == c.watched {
-		return true
+	if done == c.watched {
+		return
 	}
 	if c.unwatch != nil {
-		stopped := c.unwatch()
+		c.unwatch()
 		c.watched, c.unwatch = nil, nil
-		if !stopped {
-			return false
-		}
 	}
 	if done != nil {
 		c.watched = done
-		c.unwatch = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(longAgo) })
+		c.unwatch = context.AfterFunc(ctx, func() { c.interrupt(done) })
 	}
-	return true
+}
+
+// interrupt ends the I/O of c's fetch in progress if it is one of the
+// context whose Done channel is done.
+func (c *tcpConn) interrupt(done <-chan struct{}) {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	if c.busy == done {
+		_ = c.nc.SetDeadline(longAgo)
+	}
+}
+
+// begin marks c busy with a fetch of ctx until deadline.
+func (c *tcpConn) begin(ctx context.Context, deadline time.Time) error {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	c.busy = ctx.Done()
+	return c.nc.SetDeadline(deadline)
+}
+
+// end marks c idle: the end of the last fetch's context no longer
+// interrupts it.
+func (c *tcpConn) end() {
+	c.busyMu.Lock()
+	c.busy = nil
+	c.busyMu.Unlock()
 }
 
 // close closes c and stops watching its context. Only c's user, or the
@@ -413,22 +434,19 @@ func (t *TCPTransport) roundTrip(ctx context.Context, c *tcpConn, req *FetchRequ
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline, ctxDeadline = d, true
 	}
-	if !c.watch(ctx) {
-		return nil, nil, false, true, errInterrupted
-	}
-	if err := c.nc.SetDeadline(deadline); err != nil {
+	c.watch(ctx)
+	err = c.begin(ctx, deadline)
+	defer c.end()
+	if err != nil {
 		return nil, nil, false, false, err
 	}
 	if err := ctx.Err(); err != nil {
-		// It may have ended before the deadline above replaced the one
-		// its end set.
+		// It ended before c was busy: its end interrupts nothing.
 		return nil, nil, false, false, err
 	}
 	resp, body, keep, stale, err = t.exchange(c, corr, req, buf, sink)
 	if ctx.Err() != nil {
-		// Its deadline change may land at any time, so the connection
-		// cannot be reused.
-		keep = false
+		keep = false // its interruption may have cut the stream
 	}
 	if ctxDeadline && errors.Is(err, os.ErrDeadlineExceeded) {
 		// The connection's timer may fire just before the context's.
@@ -632,7 +650,7 @@ type serverConn struct {
 	scratch []byte // a response's headers
 	out     []byte // an error frame
 	b       send.Builder
-	// With a scratchFetchHandler, requests are decoded into req, with
+	// With a Replicator for handler, requests are decoded into req, with
 	// their names interned in names, and answered in serve.
 	req   FetchRequest
 	names nameTable
@@ -656,12 +674,27 @@ func (s *TCPServer) serve(nc net.Conn) {
 	c := &serverConn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10)}
 	for {
 		corr, req, ok := s.readRequest(c)
+		if ok && req != nil {
+			ok = s.answer(c, corr, req)
+		}
+		c.forget()
 		if !ok {
 			return
 		}
-		if req != nil && !s.answer(c, corr, req) {
-			return
-		}
+	}
+}
+
+// forget drops what c keeps of its last request, answered or not: its
+// answer's segment files, and a decoded request or answer of more than
+// keepResponsePartitions partitions, which a peer could otherwise pin for
+// the connection's life with small requests.
+func (c *serverConn) forget() {
+	clear(c.serve.resp.Partitions)
+	if cap(c.serve.resp.Partitions) > keepResponsePartitions {
+		c.serve.resp = FetchResponse{}
+	}
+	if cap(c.req.Partitions) > keepResponsePartitions {
+		c.req = FetchRequest{}
 	}
 }
 
@@ -762,7 +795,7 @@ func (s *TCPServer) drainRefused(c *serverConn, h frameHeader) {
 }
 
 // decodeRequest decodes the request in c.body: into c.req when the handler
-// keeps nothing of it (scratchFetchHandler), else into a new one.
+// is a Replicator, which keeps nothing of it, else into a new one.
 func (s *TCPServer) decodeRequest(c *serverConn, h frameHeader) (*FetchRequest, error) {
 	if err := h.checkVersion(); err != nil {
 		return nil, err
@@ -770,7 +803,7 @@ func (s *TCPServer) decodeRequest(c *serverConn, h frameHeader) (*FetchRequest, 
 	if h.typ != msgFetchRequest {
 		return nil, fmt.Errorf("%w: unexpected message type %d", ErrMalformedFrame, h.typ)
 	}
-	if _, ok := s.handler.(scratchFetchHandler); !ok {
+	if _, ok := s.handler.(*Replicator); !ok {
 		return decodeFetchRequest(c.body)
 	}
 	if err := decodeFetchRequestInto(c.body, &c.req, &c.names); err != nil {
@@ -779,10 +812,12 @@ func (s *TCPServer) decodeRequest(c *serverConn, h frameHeader) (*FetchRequest, 
 	return &c.req, nil
 }
 
-// handle has the handler answer req, in c.serve when it can.
+// handle has the handler answer req, in c.serve when it is a Replicator.
+// (Only then: a handler that embeds one, to wrap its HandleFetch, must
+// have that HandleFetch called.)
 func (s *TCPServer) handle(c *serverConn, req *FetchRequest) (*FetchResponse, error) {
-	if h, ok := s.handler.(scratchFetchHandler); ok {
-		return h.handleFetchScratch(s.ctx, req, &c.serve)
+	if r, ok := s.handler.(*Replicator); ok {
+		return r.handleFetchScratch(s.ctx, req, &c.serve)
 	}
 	return s.handler.HandleFetch(s.ctx, req)
 }
@@ -793,7 +828,6 @@ func (s *TCPServer) answer(c *serverConn, corr uint64, req *FetchRequest) bool {
 	req.MaxBytes = framedMaxBytes(req, s.opts.MaxFrameBytes)
 	resp, err := s.handle(c, req)
 	if err != nil {
-		clear(c.serve.resp.Partitions) // a held fetch's earlier answer
 		return s.writeError(c, corr, err)
 	}
 	c.b.Reset()
@@ -808,11 +842,10 @@ func (s *TCPServer) answer(c *serverConn, corr uint64, req *FetchRequest) bool {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
 	_, err = c.b.WriteTo(c.nc)
 	c.b.Reset() // forget the segment files
-	clear(c.serve.resp.Partitions)
 	if len(resp.Partitions) > keepResponsePartitions || cap(c.scratch) > 1<<20 {
 		// Do not keep a huge response's buffers for the connection's
 		// life: a peer could pin them with small requests.
-		c.scratch, c.b, c.serve.resp, c.req = nil, send.Builder{}, FetchResponse{}, FetchRequest{}
+		c.scratch, c.b = nil, send.Builder{}
 	}
 	if err != nil && s.ctx.Err() == nil {
 		s.opts.Logger.Warn("replication: writing a fetch response failed", "remote", c.nc.RemoteAddr(), "err", err)
