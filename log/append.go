@@ -61,7 +61,12 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // the log and visible to readers, the returned AppendInfo describes them,
 // and the error wraps ErrSyncFailed. They are not acknowledged as
 // durable, and the Log refuses further appends until it is reopened
-// (recovery then keeps or drops them). An append whose fsync a Close
+// (recovery then keeps or drops them). When instead a Manager's file
+// cache could not reopen a segment file for that fsync (EMFILE, say), the
+// error is the reopen's: no fsync ran, the Log stays writable, and a later
+// Sync makes the batches durable. Either way the batches are in the log,
+// and retrying them appends them again (an idempotent producer's retry
+// is recognised as a duplicate instead). An append whose fsync a Close
 // overtakes returns once Close is done: nil, since Close's fsync made its
 // batches durable, or that fsync's failure. The caller may reuse batches
 // when Append returns.
@@ -340,6 +345,10 @@ func (l *Log) writeToActive(batches []byte) error {
 	s := l.active()
 	pos := s.size.Load()
 	if _, err := s.file.WriteAt(batches, pos); err != nil {
+		if isReopenError(err) {
+			// The file could not be reopened: nothing reached it.
+			return fmt.Errorf("replog/log: append to %s: %w", s.path(logSuffix), err)
+		}
 		// Drop whatever part reached the file so that a crash does not
 		// find it; the next append overwrites it anyway. The cut is
 		// fsynced: a concurrent Sync may have made the part durable, and

@@ -2,6 +2,7 @@ package log
 
 import (
 	"container/list"
+	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -86,6 +87,27 @@ func (c *fileCache) evictLocked() []vfs.File {
 	}
 	return out
 }
+
+// reopenError is the error of an operation on a cached file that could
+// not be reopened (EMFILE while other descriptors are open, say): the
+// operation did nothing to the file, so it neither wrote part of a batch
+// nor consumed a write-back error that an fsync would have reported, and
+// a retry may succeed. Sync and Append therefore return it without
+// failing the log.
+type reopenError struct{ err error }
+
+func (e *reopenError) Error() string { return "replog/log: reopen segment file: " + e.err.Error() }
+func (e *reopenError) Unwrap() error { return e.err }
+
+// Is makes every reopenError match errReopen.
+func (e *reopenError) Is(target error) bool { return target == errReopen }
+
+// errReopen matches any reopenError (errors.As would allocate on the
+// append path).
+var errReopen = errors.New("replog/log: reopen segment file")
+
+// isReopenError reports whether err is, or wraps, a reopenError.
+func isReopenError(err error) bool { return err != nil && errors.Is(err, errReopen) }
 
 func closeAll(files []vfs.File) {
 	for _, f := range files {
@@ -181,7 +203,7 @@ func (cf *cachedFile) acquireFor(write bool) (vfs.File, error) {
 			cf.writing-- // no write follows (writes stays: dirty until synced)
 		}
 		c.mu.Unlock()
-		return nil, err
+		return nil, &reopenError{err: err}
 	}
 	f := cf.f
 	toClose := c.evictLocked()

@@ -161,9 +161,13 @@ func (f *flusher) step() time.Time {
 	if f.sched != nil && !l.opts.syncRollInline {
 		f.prepareSpare() // see prepareSpareSoon
 	}
+	retryFlush := false
 	if f.hasPending() {
 		release := l.opts.FlushGroup.acquire(false)
-		if err := f.flushRolled(); err != nil {
+		if err := f.flushRolled(); isReopenError(err) {
+			l.opts.Logger.Warn("replog/log: background flush could not reopen a segment file; retrying", "dir", l.dir, "err", err)
+			retryFlush = true
+		} else if err != nil {
 			l.opts.Logger.Error("replog/log: background flush failed", "dir", l.dir, "err", err)
 		}
 		release()
@@ -192,6 +196,9 @@ func (f *flusher) step() time.Time {
 	if d, ok := f.nextDeletion(); ok {
 		next = minTime(next, d)
 	}
+	if retryFlush {
+		next = minTime(next, now.Add(flushRetryDelay))
+	}
 	if l.opts.SyncInterval > 0 {
 		next = minTime(next, f.nextSync)
 	}
@@ -200,6 +207,10 @@ func (f *flusher) step() time.Time {
 	}
 	return minTime(next, now.Add(time.Hour))
 }
+
+// flushRetryDelay is how long the flusher waits before it tries again a
+// roll flush that could not reopen a segment file (see reopenError).
+const flushRetryDelay = time.Second
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
@@ -235,7 +246,8 @@ func (f *flusher) takeSnapBuf() []byte {
 // flushRolled fsyncs the pending rolled segments (index files written and
 // fsynced too) and the directory, then advances and checkpoints the
 // recovery point. On failure the recovery point stays and the failure is
-// sticky.
+// sticky, except when a segment file could not be reopened (reopenError):
+// the flush then stays pending, and the flusher tries again.
 func (f *flusher) flushRolled() error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()

@@ -292,7 +292,9 @@ func (l *Log) cleanShutdown() error {
 	}
 	act := l.active()
 	l.releasePreallocated(act, 0)
-	if err := l.syncData(); err != nil {
+	if err := l.syncData(); isReopenError(err) {
+		return err // no marker: the next Open recovers
+	} else if err != nil {
 		return l.fail(err)
 	}
 	l.markDurable(l.leo.Load()) // for DurableOffset and Stats after Close

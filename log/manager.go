@@ -76,7 +76,8 @@ type ManagerOptions struct {
 	// RecoveryWorkers open (and recover) logs in parallel (default 4).
 	RecoveryWorkers int
 	// MaxOpenFiles bounds the segment files kept open across all logs
-	// (default 1024); others are opened when used.
+	// (default 1024); others are opened when used. A reopen that fails
+	// (EMFILE, say) fails that read, append or Sync only, not the log.
 	MaxOpenFiles int
 	// CheckpointInterval is how often the recovery-point checkpoint of the
 	// data directory is written when it changed (default 1 s).

@@ -40,7 +40,10 @@ func (l *Log) DurableOffset() int64 {
 // of segments created since the last sync. Concurrent callers share
 // fsyncs (group commit). A failed fsync is sticky: this and every later
 // Sync and Append return an error wrapping ErrSyncFailed until the Log is
-// reopened. Like os.File.Sync it takes no context: it waits only for
+// reopened. A segment file that a Manager's file cache cannot reopen for
+// its fsync (EMFILE, say) makes Sync return that error without failing
+// the log: no fsync ran, and a later Sync tries again. Like os.File.Sync
+// it takes no context: it waits only for
 // fsyncs, its own or the one in progress that it shares, which the disk
 // bounds and which cannot be stopped halfway; a caller that must give up
 // earlier can wait for it in a goroutine.
@@ -73,12 +76,16 @@ func (l *Log) Sync() error {
 	gen := l.truncations.gen.Load()
 	end := l.leo.Load()
 	err := l.syncData()
-	if err != nil {
+	switch {
+	case isReopenError(err):
+		// A segment file could not be reopened for its fsync: nothing
+		// was synced, nor lost; a later Sync tries again.
+	case err != nil:
 		err = l.fail(err)
-	} else if ferr := l.failedErr(); ferr != nil {
-		// Another fsync failed meanwhile (the flusher's): the log's
-		// durability can no longer be vouched for.
-		err = ferr
+	default:
+		// Another fsync may have failed meanwhile (the flusher's): the
+		// log's durability can no longer be vouched for.
+		err = l.failedErr()
 	}
 
 	s.mu.Lock()
@@ -119,6 +126,9 @@ func (l *Log) syncSegment(s *segment) error {
 		return nil // durable, or no longer in the log (its file may be closed)
 	}
 	if err := vfs.Datasync(s.file); err != nil {
+		if isReopenError(err) {
+			return err // no fsync ran (see reopenError)
+		}
 		return l.fail(err)
 	}
 	l.stats.fsyncs.Add(1)
