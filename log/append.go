@@ -476,7 +476,10 @@ func (l *Log) askSpareIfHalfFull() {
 // checkpoint write syncs the directory.
 func (l *Log) makeGapDurable(base int64) error {
 	if err := l.bg.flushRolled(); err != nil {
-		return err
+		// Even one that could not reopen a file (reopenError): the new
+		// segment stays, and a retry of the append would write after the
+		// unprotected gap.
+		return l.fail(err)
 	}
 	l.rollMovedDurable = true
 	return l.writeRecoveryPointAtLeast(base)

@@ -70,12 +70,14 @@
 //     write that leaves the files out of step with the Log (a checkpoint,
 //     a segment rename or removal, the truncation undoing a failed write,
 //     a write after a roll that moved the log start or recovery point).
-//     Not so a segment file that a Manager's file cache cannot reopen
-//     (EMFILE, say) for a write or an fsync: nothing reached the file and
-//     no fsync ran, so the append or Sync returns that error, the Log
-//     stays usable, and a pending roll flush is tried again a second
-//     later. Index, snapshot and checkpoint files are not cached: a
-//     failure to open one for a write is sticky.
+//     Not so a segment file that a Manager's file cache cannot reopen for
+//     want of descriptors or memory (EMFILE, ENFILE, ENOMEM) for an
+//     append's write or a Sync's fsync: nothing reached the file and no
+//     fsync ran, so the append or Sync returns that error, the Log stays
+//     usable, and a pending roll flush is tried again a second later
+//     (unless it protects a follower's gap: then the Log fails). Other
+//     open failures, and those of truncations, index, snapshot and
+//     checkpoint files, which are not cached, fail the Log.
 //   - Open after a clean Close reads no segment data (it trusts the
 //     clean-shutdown marker only if the active segment's size and index
 //     files agree with it; see "Index files").

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/replog/replog/internal/vfs"
 )
@@ -89,11 +90,12 @@ func (c *fileCache) evictLocked() []vfs.File {
 }
 
 // reopenError is the error of an operation on a cached file that could
-// not be reopened (EMFILE while other descriptors are open, say): the
+// not be reopened for a shortage that passes (transientOpenError): the
 // operation did nothing to the file, so it neither wrote part of a batch
 // nor consumed a write-back error that an fsync would have reported, and
 // a retry may succeed. Sync and Append therefore return it without
-// failing the log.
+// failing the log. Other open failures (the file gone, a read-only
+// remount) are returned as they are, and fail the log as before.
 type reopenError struct{ err error }
 
 func (e *reopenError) Error() string { return "replog/log: reopen segment file: " + e.err.Error() }
@@ -105,6 +107,12 @@ func (e *reopenError) Is(target error) bool { return target == errReopen }
 // errReopen matches any reopenError (errors.As would allocate on the
 // append path).
 var errReopen = errors.New("replog/log: reopen segment file")
+
+// transientOpenError reports whether an open failed for want of
+// descriptors (the process's or the system's) or kernel memory.
+func transientOpenError(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM)
+}
 
 // isReopenError reports whether err is, or wraps, a reopenError.
 func isReopenError(err error) bool { return err != nil && errors.Is(err, errReopen) }
@@ -203,7 +211,10 @@ func (cf *cachedFile) acquireFor(write bool) (vfs.File, error) {
 			cf.writing-- // no write follows (writes stays: dirty until synced)
 		}
 		c.mu.Unlock()
-		return nil, &reopenError{err: err}
+		if transientOpenError(err) {
+			return nil, &reopenError{err: err}
+		}
+		return nil, err
 	}
 	f := cf.f
 	toClose := c.evictLocked()

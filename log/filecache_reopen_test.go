@@ -115,3 +115,73 @@ func TestRollFlushRetriesAReopenFailure(t *testing.T) {
 	_, err = a.Append(buildBatch(t, 1, 10, 1))
 	require.NoError(t, err)
 }
+
+// TestGapRollFlushReopenFailureFailsTheLog: a follower's append across a
+// gap rolls to a segment at the gap's far side, and the gap must lie
+// below a written recovery point before anything is written after it.
+// When the roll flush before that write could not reopen a file, the log
+// stayed writable: the follower's retry found the new segment in place,
+// wrote after the unprotected gap, and Sync reported it durable, though
+// recovery after a crash took the gap for a lost tail and dropped it.
+// The log now fails there, as it did before reopen failures were
+// tolerated.
+func TestGapRollFlushReopenFailureFailsTheLog(t *testing.T) {
+	before, after := gapBatches(t)
+	var suffix atomic.Pointer[string]
+	var fails atomic.Int32
+	opts := ManagerOptions{Log: Options{FS: reopenFaultFS(&suffix, &fails), SegmentBytes: int64(len(concat(before...)))},
+		MaxOpenFiles: 1, CheckpointInterval: time.Hour}
+	m, err := OpenManager("/data", opts)
+	require.NoError(t, err)
+	defer func() { _ = m.Close() }()
+	l, err := m.Create("p-0")
+	require.NoError(t, err)
+	b, err := m.Create("b")
+	require.NoError(t, err)
+	seg := "/p-0/" + segmentName(0) + logSuffix
+	suffix.Store(&seg)
+	_, err = l.AppendAsFollower(concat(before...))
+	require.NoError(t, err)
+	_, err = b.Append(buildBatch(t, 1, 10, 1)) // evicts p-0's segment 0
+	require.NoError(t, err)
+
+	fails.Store(1 << 20)
+	_, err = l.AppendAsFollower(after)
+	fails.Store(0)
+	require.ErrorIs(t, err, syscall.EMFILE)
+	require.ErrorIs(t, err, ErrSyncFailed, "the gap is not below a written recovery point")
+	_, err = l.AppendAsFollower(after)
+	require.ErrorIs(t, err, ErrSyncFailed, "the retry wrote after the unprotected gap")
+}
+
+// TestPermanentReopenFailureFailsTheLog: only a shortage of descriptors
+// or memory counts as a transient reopen failure. A segment file that is
+// gone (ENOENT), or a filesystem remounted read-only, was retried every
+// second for good, with a warning each time, and the log never failed.
+func TestPermanentReopenFailureFailsTheLog(t *testing.T) {
+	var gone atomic.Bool
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if gone.Load() && op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, "/a/"+segmentName(0)+logSuffix) {
+			return vfs.Fault{Err: syscall.ENOENT}
+		}
+		return vfs.Fault{}
+	}))
+	opts := ManagerOptions{Log: Options{FS: fs, SegmentBytes: 1 << 10}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
+	m, err := OpenManager("/data", opts)
+	require.NoError(t, err)
+	defer func() { _ = m.Close() }()
+	a, err := m.Create("a")
+	require.NoError(t, err)
+	gone.Store(true)
+	for len(a.segments()) < 2 {
+		_, err = a.Append(buildBatch(t, 1, 300, 1))
+		require.NoError(t, err)
+	}
+	// The roll flush reopens segment 0, evicted by the new segment.
+	deadline := time.Now().Add(10 * time.Second)
+	for a.failedErr() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.ErrorIs(t, a.Sync(), ErrSyncFailed)
+	require.ErrorIs(t, a.Sync(), syscall.ENOENT)
+}

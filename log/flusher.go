@@ -176,7 +176,10 @@ func (f *flusher) step() time.Time {
 	lateCheckpoint, late := f.writeLateCheckpoint(now)
 	f.deleteDue(now)
 	if l.opts.SyncInterval > 0 && !now.Before(f.nextSync) {
-		_ = l.Sync() // a failure is sticky and reported by later calls
+		if err := l.Sync(); isReopenError(err) {
+			// Other failures are sticky and reported by later calls.
+			l.opts.Logger.Warn("replog/log: interval sync could not reopen a segment file", "dir", l.dir, "err", err)
+		}
 		f.nextSync = now.Add(l.opts.SyncInterval)
 	}
 	if l.opts.RetentionCheckInterval > 0 && !now.Before(f.nextRetention) {

@@ -77,7 +77,8 @@ type ManagerOptions struct {
 	RecoveryWorkers int
 	// MaxOpenFiles bounds the segment files kept open across all logs
 	// (default 1024); others are opened when used. A reopen that fails
-	// (EMFILE, say) fails that read, append or Sync only, not the log.
+	// for want of descriptors (EMFILE, ENFILE) or memory fails that read,
+	// append or Sync only, not the log.
 	MaxOpenFiles int
 	// CheckpointInterval is how often the recovery-point checkpoint of the
 	// data directory is written when it changed (default 1 s).

@@ -148,7 +148,9 @@ func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp)
 // refuses returns the log's error (log.ErrOutOfOrderSequence,
 // log.ErrCorrupt...), wrapped in ErrStorage when the log has failed
 // (log.ErrSyncFailed), as is a failed fsync of the leader's log with
-// AcksAll.
+// AcksAll. (A leader's log with log.Options.SyncEveryAppend may also
+// return, after appending the batches, a Manager's transient failure to
+// reopen a segment file for that fsync: see log.Log.AppendAsLeader.)
 func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, error) {
 	if !r.begin() {
 		return log.AppendInfo{}, ErrClosed
