@@ -262,21 +262,13 @@ func (g *guardedReplicator) HandleFetch(ctx context.Context, req *FetchRequest) 
 // handler's own HandleFetch. Only a *Replicator is now served directly.
 func TestTCPServerCallsTheHandlerOfAWrappedReplicator(t *testing.T) {
 	tp := TopicPartition{Topic: "t", Partition: 0}
-	l, err := log.Open(t.TempDir(), log.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, l.Close()) })
-	r, err := New(Config{ReplicaID: 0, ClusterID: "a", FetchMaxWait: 10 * time.Millisecond}, NewMemNetwork(1).Transport(0))
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, r.Close()) })
-	require.NoError(t, r.AddPartition(tp, l))
-	require.NoError(t, r.BecomeLeader(tp, 1, []int32{0, 1, 2}, []int32{0}))
-
+	r, _ := soloLeader(t, tp, []int32{0, 1, 2})
 	h := &guardedReplicator{Replicator: r, allowed: 1}
 	_, ln := startServer(t, h, TCPOptions{})
 	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
 	req := &FetchRequest{ClusterID: "a", ReplicaID: 2, MaxBytes: 1 << 20,
 		Partitions: []FetchPartition{{TopicPartition: tp, CurrentLeaderEpoch: 1, LastFetchedEpoch: log.NoLeaderEpoch}}}
-	_, err = tr.Fetch(context.Background(), 0, req)
+	_, err := tr.Fetch(context.Background(), 0, req)
 	require.Equal(t, int32(1), h.calls.Load(), "the handler's HandleFetch was not called")
 	require.ErrorIs(t, err, ErrRemote, "replica 2 must be refused by the handler")
 }

@@ -246,9 +246,11 @@ func TestTCPFetchIntoReusesTheBuffer(t *testing.T) {
 	require.Same(t, &buf[:1][0], &got[:1][0])
 }
 
-func TestTCPFetchFromReplicator(t *testing.T) {
-	checkGoroutines(t)
-	tp := TopicPartition{Topic: "t", Partition: 0}
+// soloLeader starts node 0 of cluster "a" leading tp at epoch 1, with
+// replicas and itself alone in the ISR, on a new log, for a TCPServer to
+// serve (its in-memory transport is never used); the cleanup closes both.
+func soloLeader(t *testing.T, tp TopicPartition, replicas []int32) (*Replicator, *log.Log) {
+	t.Helper()
 	l, err := log.Open(t.TempDir(), log.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
@@ -256,9 +258,16 @@ func TestTCPFetchFromReplicator(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Close()) })
 	require.NoError(t, r.AddPartition(tp, l))
-	require.NoError(t, r.BecomeLeader(tp, 1, []int32{0, 1}, []int32{0}))
+	require.NoError(t, r.BecomeLeader(tp, 1, replicas, []int32{0}))
+	return r, l
+}
+
+func TestTCPFetchFromReplicator(t *testing.T) {
+	checkGoroutines(t)
+	tp := TopicPartition{Topic: "t", Partition: 0}
+	r, l := soloLeader(t, tp, []int32{0, 1})
 	batch := batchOf(t, 10, "x")
-	_, err = r.Produce(context.Background(), tp, batch, AcksLeader)
+	_, err := r.Produce(context.Background(), tp, batch, AcksLeader)
 	require.NoError(t, err)
 	_, ln := startServer(t, r, TCPOptions{})
 	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
