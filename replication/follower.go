@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"time"
@@ -302,7 +303,11 @@ func (a *responseApplier) endPartition() {
 		// Records the leader deleted (retention, DeleteRecordsBefore)
 		// go here too, durably; only committed ones, which this log
 		// holds as the leader does.
-		a.fail(p, l.DeleteRecordsBefore(a.start))
+		err := l.DeleteRecordsBefore(a.start)
+		if errors.Is(err, log.ErrOffsetOutOfRange) && l.LogStartOffset() >= a.start {
+			err = nil // this log's own retention got there first
+		}
+		a.fail(p, err)
 	}
 }
 
