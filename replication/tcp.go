@@ -765,8 +765,9 @@ func setReadTimeout(nc net.Conn, d time.Duration) {
 // stream is bad, tells the peer before the connection is closed.
 func (s *TCPServer) badHeader(c *serverConn, h frameHeader, err error) {
 	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), s.ctx.Err() != nil:
-		// The peer left, or Close.
+	case peerGone(err), errors.Is(err, net.ErrClosed), s.ctx.Err() != nil:
+		// The peer left (closing a connection with a response unread
+		// resets it), or Close.
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		s.opts.Logger.Debug("replication: closing a connection idle past IdleTimeout", "remote", c.nc.RemoteAddr())
 	default:

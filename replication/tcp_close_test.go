@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -63,4 +64,31 @@ func TestTCPTransportFetchAfterCloseIsClosed(t *testing.T) {
 	require.NoError(t, tr.Close())
 	_, err = tr.Fetch(context.Background(), 0, testRequest(1))
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// TestTCPServerTakesAResetForAPeerLeaving: a follower's transport that
+// closes a connection with a response unread resets it, and the server,
+// waiting for the next request, read ECONNRESET. It logged that as a bad
+// frame, a warning, though the peer had only left (found by the cluster
+// test's check of every warning).
+func TestTCPServerTakesAResetForAPeerLeaving(t *testing.T) {
+	checkGoroutines(t)
+	var logged syncBuffer
+	h := handlerFunc(func(context.Context, *FetchRequest) (*FetchResponse, error) { return &FetchResponse{}, nil })
+	srv, ln := startServer(t, h, TCPOptions{Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	c := rawConn(t, ln.Addr().String())
+	frame, err := appendFetchRequestFrame(nil, 1, testRequest(1))
+	require.NoError(t, err)
+	_, err = c.Write(frame)
+	require.NoError(t, err)
+	_, _, err = readRaw(t, c) // the server now waits for the next request
+	require.NoError(t, err)
+	require.NoError(t, c.(*net.TCPConn).SetLinger(0)) // close with a reset
+	require.NoError(t, c.Close())
+	require.Eventually(t, func() bool { // the server's goroutine for it ended
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return len(srv.conns) == 0
+	}, 5*time.Second, time.Millisecond)
+	require.Empty(t, logged.String())
 }
