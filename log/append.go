@@ -67,9 +67,10 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // Sync makes the batches durable. Either way the batches are in the log,
 // and retrying them appends them again (an idempotent producer's retry
 // is recognised as a duplicate instead). An append whose fsync a Close
-// overtakes returns once Close is done: nil, since Close's fsync made its
-// batches durable, or that fsync's failure. The caller may reuse batches
-// when Append returns.
+// overtakes returns once Close is done: nil if Close's fsync made its
+// batches durable, else that fsync's failure, or ErrClosed if Close could
+// not reopen a segment file to run it. The caller may reuse batches when
+// Append returns.
 func (l *Log) AppendAsLeader(batches []byte, leaderEpoch int32) (AppendInfo, error) {
 	if leaderEpoch < NoLeaderEpoch {
 		return AppendInfo{}, fmt.Errorf("%w: leader epoch %d", ErrInvalidRecord, leaderEpoch)
@@ -239,7 +240,7 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 		if l.opts.SyncEveryAppend && l.DurableOffset() <= dup.LastOffset {
 			// The original may still be in its fsync, which may fail: the
 			// retry is acknowledged only once it is durable.
-			if err := l.syncWritten(); err != nil {
+			if err := l.syncWritten(dup.LastOffset + 1); err != nil {
 				return dup, err
 			}
 		}
@@ -288,25 +289,45 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 	l.waiters.wake()
 	l.stats.appended(info)
 	if syncNow {
-		if err := l.syncWritten(); err != nil {
+		if err := l.syncWritten(info.LastOffset + 1); err != nil {
+			if isReopenError(err) {
+				l.owePeriodicSync()
+			}
 			return info, err
 		}
 	}
 	return info, nil
 }
 
-// syncWritten is the Sync of an append whose batches are written. A Close
-// that began meanwhile makes Sync return ErrClosed, which would read as a
-// refused append although the batches are in the log: it waits instead
-// for Close, whose clean shutdown fsyncs them, and returns its failure
-// (wrapping ErrSyncFailed) if that fsync failed, else nil.
-func (l *Log) syncWritten() error {
+// owePeriodicSync makes the next append fsync after one of
+// SyncEveryMessages met a reopen failure: its count was reset for an
+// fsync that did not run.
+func (l *Log) owePeriodicSync() {
+	l.mu.Lock()
+	l.unsyncedMsgs = max(l.unsyncedMsgs, l.opts.SyncEveryMessages)
+	l.mu.Unlock()
+}
+
+// syncWritten is the Sync of an append whose batches, below end, are
+// written. A Close that began meanwhile makes Sync return ErrClosed, which
+// would read as a refused append although the batches are in the log: it
+// waits instead for Close, whose clean shutdown fsyncs them, and returns
+// nil if they are durable then. Else it returns the failure of Close's
+// fsync (wrapping ErrSyncFailed), or ErrClosed when Close could not run
+// it (a segment file it could not reopen).
+func (l *Log) syncWritten(end int64) error {
 	err := l.Sync()
 	if !errors.Is(err, ErrClosed) {
 		return err
 	}
 	<-l.closeDone
-	return l.failedErr()
+	if err := l.failedErr(); err != nil {
+		return err
+	}
+	if l.DurableOffset() < end {
+		return fmt.Errorf("%w before its fsync of offsets below %d could run", ErrClosed, end)
+	}
+	return nil
 }
 
 // checkProducers stages the producer-state updates of an append: for a

@@ -185,3 +185,126 @@ func TestPermanentReopenFailureFailsTheLog(t *testing.T) {
 	require.ErrorIs(t, a.Sync(), ErrSyncFailed)
 	require.ErrorIs(t, a.Sync(), syscall.ENOENT)
 }
+
+// TestAppendOvertakenByCloseWithoutItsFsync: an append with
+// SyncEveryAppend whose Sync a Close overtakes waits for Close, and
+// returned nil "since Close's fsync made its batches durable". When
+// Close could not run that fsync, because the Manager's file cache could
+// not reopen the segment (EMFILE, which no longer fails the log), Close
+// returned that error and wrote no marker, yet the append returned nil:
+// acknowledged as durable with no fsync behind it (found by a review).
+// It now returns ErrClosed.
+func TestAppendOvertakenByCloseWithoutItsFsync(t *testing.T) {
+	seg := "/data/a/" + segmentName(0) + logSuffix
+	var failOpen, blockDirSync atomic.Bool
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		switch {
+		case op.Kind == vfs.OpOpen && failOpen.Load() && strings.HasSuffix(op.Path, seg[len("/data"):]):
+			return vfs.Fault{Err: syscall.EMFILE}
+		case op.Kind == vfs.OpSyncDir && strings.HasSuffix(op.Path, "/a") && blockDirSync.CompareAndSwap(true, false):
+			entered <- struct{}{}
+			<-release
+		}
+		return vfs.Fault{}
+	}))
+	opts := ManagerOptions{Log: Options{FS: fs, SyncEveryAppend: true}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
+	m, err := OpenManager("/data", opts)
+	require.NoError(t, err)
+	defer func() { _ = m.Close() }()
+	a, err := m.Create("a")
+	require.NoError(t, err)
+	b, err := m.Create("b")
+	require.NoError(t, err)
+	_, err = a.Append(buildBatch(t, 1, 10, 1))
+	require.NoError(t, err)
+
+	// Y1: an append whose Sync is held in the directory fsync (as after
+	// a roll), so that the next append's Sync waits for it.
+	a.dirDirty.Store(true)
+	blockDirSync.Store(true)
+	y1 := make(chan error, 1)
+	go func() { _, err := a.Append(buildBatch(t, 1, 10, 1)); y1 <- err }()
+	<-entered
+	// Y2: written, its Sync waiting behind Y1's.
+	y2 := make(chan error, 1)
+	go func() { _, err := a.Append(buildBatch(t, 1, 10, 1)); y2 <- err }()
+	require.Eventually(t, func() bool { return a.LogEndOffset() == 3 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // Y2 is in its Sync's wait
+
+	// a's segment file is evicted, and cannot be reopened for now.
+	_, err = b.Append(buildBatch(t, 1, 10, 1))
+	require.NoError(t, err)
+	m.files.mu.Lock()
+	evicted := a.active().file.(*cachedFile).f == nil
+	m.files.mu.Unlock()
+	require.True(t, evicted)
+	failOpen.Store(true)
+
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	require.NoError(t, <-y1)
+	cerr := <-closed
+	require.ErrorIs(t, cerr, syscall.EMFILE, "Close could not fsync Y2's batch")
+	require.Less(t, a.DurableOffset(), int64(3), "Y2's batch is not durable")
+	err = <-y2
+	require.ErrorIs(t, err, ErrClosed, "the append was acknowledged as durable although Close's fsync never ran")
+}
+
+// TestSyncEveryMessagesOwedAfterAReopenFailure: an append that reached
+// SyncEveryMessages reset the count before its fsync; when that fsync
+// could not run (a reopen failure, which leaves the log usable), the
+// count stayed reset, and the records went unsynced until as many more
+// came. The next append now fsyncs.
+func TestSyncEveryMessagesOwedAfterAReopenFailure(t *testing.T) {
+	var suffix atomic.Pointer[string]
+	var fails atomic.Int32
+	var blockDirSync atomic.Bool
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	efs := vfs.NewErrorFS(reopenFaultFS(&suffix, &fails), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpSyncDir && strings.HasSuffix(op.Path, "/a") && blockDirSync.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-release
+		}
+		return vfs.Fault{}
+	}))
+	opts := ManagerOptions{Log: Options{FS: efs, SyncEveryMessages: 2}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
+	m, err := OpenManager("/data", opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, m.Close()) }()
+	a, err := m.Create("a")
+	require.NoError(t, err)
+	b, err := m.Create("b")
+	require.NoError(t, err)
+	seg := "/a/" + segmentName(0) + logSuffix
+	suffix.Store(&seg)
+	_, err = a.Append(buildBatch(t, 1, 10, 1)) // counted, not synced
+	require.NoError(t, err)
+
+	// A Sync held in its directory fsync, so that the next append's
+	// fsync waits for it and runs after the file was evicted.
+	a.dirDirty.Store(true)
+	blockDirSync.Store(true)
+	synced := make(chan error, 1)
+	go func() { synced <- a.Sync() }()
+	<-entered
+	appended := make(chan error, 1)
+	go func() { _, err := a.Append(buildBatch(t, 1, 10, 1)); appended <- err }() // reaches the count
+	require.Eventually(t, func() bool { return a.LogEndOffset() == 2 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)          // its Sync waits for the held one
+	_, err = b.Append(buildBatch(t, 1, 10, 1)) // evicts a's segment file
+	require.NoError(t, err)
+	fails.Store(1)
+	close(release)
+	require.NoError(t, <-synced)
+	require.ErrorIs(t, <-appended, syscall.EMFILE)
+	require.Less(t, a.DurableOffset(), int64(2))
+
+	_, err = a.Append(buildBatch(t, 1, 10, 1))
+	require.NoError(t, err)
+	require.Equal(t, int64(3), a.DurableOffset(), "the append after the failed fsync did not fsync")
+}

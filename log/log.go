@@ -243,8 +243,10 @@ func (l *Log) fail(err error) error {
 
 // Close flushes everything, writes the checkpoints and the clean-shutdown
 // marker, stops the background flusher and closes all files. After a
-// failed fsync Close still releases everything but writes no marker, so
-// the next Open recovers. Close is idempotent: a later or concurrent call
+// failed fsync, or one it could not run because a Manager's file cache
+// could not reopen a segment file (Close then returns that error), Close
+// still releases everything but writes no marker, so the next Open
+// recovers. Close is idempotent: a later or concurrent call
 // returns nil once the first has finished.
 func (l *Log) Close() error {
 	l.mu.Lock()

@@ -78,7 +78,8 @@ type ManagerOptions struct {
 	// MaxOpenFiles bounds the segment files kept open across all logs
 	// (default 1024); others are opened when used. A reopen that fails
 	// for want of descriptors (EMFILE, ENFILE) or memory fails that read,
-	// append or Sync only, not the log.
+	// append or Sync only, not the log (but for the roll across a
+	// follower's gap: see the package documentation).
 	MaxOpenFiles int
 	// CheckpointInterval is how often the recovery-point checkpoint of the
 	// data directory is written when it changed (default 1 s).
