@@ -348,6 +348,8 @@ func TestTCPTransportContextWatchStress(t *testing.T) {
 	tr := newTransport(t, ln.Addr().String(), TCPOptions{MaxIdleConns: 3})
 	shared, cancelShared := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var unexpected []string
 	for g := range 6 {
 		wg.Add(1)
 		go func() {
@@ -370,7 +372,19 @@ func TestTCPTransportContextWatchStress(t *testing.T) {
 					d := time.Duration(rng.IntN(1000)) * time.Microsecond
 					go func() { time.Sleep(d); cancel() }()
 				}
-				_, _ = tr.Fetch(ctx, 0, &FetchRequest{MaxBytes: mb, MaxWaitMs: 1000})
+				_, err := tr.Fetch(ctx, 0, &FetchRequest{MaxBytes: mb, MaxWaitMs: 1000})
+				// A fetch answered at once fails only with its own
+				// context's error (a deadline may strike on the connection
+				// just before the context sees it) or the transport's
+				// Close, never because another context ended; one never
+				// answered always ends.
+				if mb == fakeOK && err != nil && !errors.Is(err, context.Canceled) &&
+					!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrClosed) ||
+					mb == fakeNever && err == nil {
+					mu.Lock()
+					unexpected = append(unexpected, fmt.Sprintf("fetch %d: %v", mb, err))
+					mu.Unlock()
+				}
 				cancel()
 			}
 		}()
@@ -380,4 +394,5 @@ func TestTCPTransportContextWatchStress(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	_ = tr.Close()
 	wg.Wait()
+	require.Empty(t, unexpected)
 }

@@ -148,9 +148,11 @@ func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp)
 // refuses returns the log's error (log.ErrOutOfOrderSequence,
 // log.ErrCorrupt...), wrapped in ErrStorage when the log has failed
 // (log.ErrSyncFailed), as is a failed fsync of the leader's log with
-// AcksAll. (A leader's log with log.Options.SyncEveryAppend may also
-// return, after appending the batches, a Manager's transient failure to
-// reopen a segment file for that fsync: see log.Log.AppendAsLeader.)
+// AcksAll, or one a Manager's file cache could not run for want of
+// descriptors (the log stays usable then; see log.Log.Sync). A leader's
+// log with log.Options.SyncEveryAppend may also return that reopen
+// failure itself, after appending the batches (see
+// log.Log.AppendAsLeader).
 func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, error) {
 	if !r.begin() {
 		return log.AppendInfo{}, ErrClosed

@@ -378,8 +378,8 @@ func (t *TCPTransport) dial(ctx context.Context, node int32, addr string) (*tcpC
 		if t.closing.Err() != nil {
 			return nil, fmt.Errorf("%w: transport: dial node %d at %s: %w", ErrClosed, node, addr, err)
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("replication: dial node %d at %s: %w", node, addr, ctx.Err())
+		if cerr := ctxEnded(ctx); cerr != nil {
+			return nil, fmt.Errorf("replication: dial node %d at %s: %w", node, addr, cerr)
 		}
 		return nil, fmt.Errorf("%w: node %d at %s: %w", ErrUnreachable, node, addr, err)
 	}
@@ -393,6 +393,19 @@ func (t *TCPTransport) dial(ctx context.Context, node int32, addr string) (*tcpC
 	}
 	t.conns[c] = struct{}{}
 	return c, nil
+}
+
+// ctxEnded is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
+// passed: a dial's timer, set from that deadline, may strike just before
+// the context's own.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // release pools c after a complete exchange (keep), else closes it.
