@@ -23,6 +23,22 @@ func reopenFaultFS(suffix *atomic.Pointer[string], fails *atomic.Int32) vfs.FS {
 	}))
 }
 
+// managerWithLogs opens a Manager at /data with opts and creates the
+// named logs; the cleanup closes it, ignoring its error (some tests fail
+// logs on purpose).
+func managerWithLogs(t *testing.T, opts ManagerOptions, names ...string) (*Manager, []*Log) {
+	t.Helper()
+	m, err := OpenManager("/data", opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	logs := make([]*Log, len(names))
+	for i, name := range names {
+		logs[i], err = m.Create(name)
+		require.NoError(t, err)
+	}
+	return m, logs
+}
+
 // TestReopenFailureIsNotAnFsyncFailure: a Manager's file cache that could
 // not reopen an evicted segment file (EMFILE while sockets took the
 // descriptors, say) for an fsync, or for an append's write and then for
@@ -33,13 +49,9 @@ func TestReopenFailureIsNotAnFsyncFailure(t *testing.T) {
 	var suffix atomic.Pointer[string]
 	var fails atomic.Int32
 	opts := ManagerOptions{Log: Options{FS: reopenFaultFS(&suffix, &fails)}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
-	m, err := OpenManager("/data", opts)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, m.Close()) }()
-	a, err := m.Create("a")
-	require.NoError(t, err)
-	b, err := m.Create("b")
-	require.NoError(t, err)
+	m, logs := managerWithLogs(t, opts, "a", "b")
+	t.Cleanup(func() { require.NoError(t, m.Close()) }) // before managerWithLogs's
+	a, b := logs[0], logs[1]
 	seg := "/a/" + segmentName(0) + logSuffix
 	suffix.Store(&seg)
 	evictA := func() {
@@ -52,7 +64,7 @@ func TestReopenFailureIsNotAnFsyncFailure(t *testing.T) {
 		require.True(t, evicted, "a's segment file still open")
 	}
 
-	_, err = a.Append(buildBatch(t, 2, 10, 1))
+	_, err := a.Append(buildBatch(t, 2, 10, 1))
 	require.NoError(t, err)
 	evictA()
 	fails.Store(1)
@@ -93,11 +105,10 @@ func TestRollFlushRetriesAReopenFailure(t *testing.T) {
 	var fails atomic.Int32
 	opts := ManagerOptions{Log: Options{FS: reopenFaultFS(&suffix, &fails), SegmentBytes: 1 << 10},
 		MaxOpenFiles: 1, CheckpointInterval: time.Hour}
-	m, err := OpenManager("/data", opts)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, m.Close()) }()
-	a, err := m.Create("a")
-	require.NoError(t, err)
+	m, logs := managerWithLogs(t, opts, "a")
+	t.Cleanup(func() { require.NoError(t, m.Close()) }) // before managerWithLogs's
+	a := logs[0]
+	var err error
 	seg := "/a/" + segmentName(0) + logSuffix
 	suffix.Store(&seg)
 	fails.Store(3) // the flush's reopens fail until three were tried
@@ -131,13 +142,9 @@ func TestGapRollFlushReopenFailureFailsTheLog(t *testing.T) {
 	var fails atomic.Int32
 	opts := ManagerOptions{Log: Options{FS: reopenFaultFS(&suffix, &fails), SegmentBytes: int64(len(concat(before...)))},
 		MaxOpenFiles: 1, CheckpointInterval: time.Hour}
-	m, err := OpenManager("/data", opts)
-	require.NoError(t, err)
-	defer func() { _ = m.Close() }()
-	l, err := m.Create("p-0")
-	require.NoError(t, err)
-	b, err := m.Create("b")
-	require.NoError(t, err)
+	_, logs := managerWithLogs(t, opts, "p-0", "b")
+	l, b := logs[0], logs[1]
+	var err error
 	seg := "/p-0/" + segmentName(0) + logSuffix
 	suffix.Store(&seg)
 	_, err = l.AppendAsFollower(concat(before...))
@@ -167,11 +174,9 @@ func TestPermanentReopenFailureFailsTheLog(t *testing.T) {
 		return vfs.Fault{}
 	}))
 	opts := ManagerOptions{Log: Options{FS: fs, SegmentBytes: 1 << 10}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
-	m, err := OpenManager("/data", opts)
-	require.NoError(t, err)
-	defer func() { _ = m.Close() }()
-	a, err := m.Create("a")
-	require.NoError(t, err)
+	_, logs := managerWithLogs(t, opts, "a")
+	a := logs[0]
+	var err error
 	gone.Store(true)
 	for len(a.segments()) < 2 {
 		_, err = a.Append(buildBatch(t, 1, 300, 1))
@@ -210,14 +215,9 @@ func TestAppendOvertakenByCloseWithoutItsFsync(t *testing.T) {
 		return vfs.Fault{}
 	}))
 	opts := ManagerOptions{Log: Options{FS: fs, SyncEveryAppend: true}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
-	m, err := OpenManager("/data", opts)
-	require.NoError(t, err)
-	defer func() { _ = m.Close() }()
-	a, err := m.Create("a")
-	require.NoError(t, err)
-	b, err := m.Create("b")
-	require.NoError(t, err)
-	_, err = a.Append(buildBatch(t, 1, 10, 1))
+	m, logs := managerWithLogs(t, opts, "a", "b")
+	a, b := logs[0], logs[1]
+	_, err := a.Append(buildBatch(t, 1, 10, 1))
 	require.NoError(t, err)
 
 	// Y1: an append whose Sync is held in the directory fsync (as after
@@ -273,16 +273,12 @@ func TestSyncEveryMessagesOwedAfterAReopenFailure(t *testing.T) {
 		return vfs.Fault{}
 	}))
 	opts := ManagerOptions{Log: Options{FS: efs, SyncEveryMessages: 2}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
-	m, err := OpenManager("/data", opts)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, m.Close()) }()
-	a, err := m.Create("a")
-	require.NoError(t, err)
-	b, err := m.Create("b")
-	require.NoError(t, err)
+	m, logs := managerWithLogs(t, opts, "a", "b")
+	t.Cleanup(func() { require.NoError(t, m.Close()) }) // before managerWithLogs's
+	a, b := logs[0], logs[1]
 	seg := "/a/" + segmentName(0) + logSuffix
 	suffix.Store(&seg)
-	_, err = a.Append(buildBatch(t, 1, 10, 1)) // counted, not synced
+	_, err := a.Append(buildBatch(t, 1, 10, 1)) // counted, not synced
 	require.NoError(t, err)
 
 	// A Sync held in its directory fsync, so that the next append's
