@@ -114,8 +114,13 @@ func transientOpenError(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM)
 }
 
-// isReopenError reports whether err is, or wraps, a reopenError.
-func isReopenError(err error) bool { return err != nil && errors.Is(err, errReopen) }
+// isReopenError reports whether err is, or wraps, a reopenError that did
+// not fail the log: once wrapped in ErrSyncFailed (a truncation whose
+// reopen failed fails the log, say), the failure is sticky, not
+// transient, and nothing retries it.
+func isReopenError(err error) bool {
+	return err != nil && errors.Is(err, errReopen) && !errors.Is(err, ErrSyncFailed)
+}
 
 func closeAll(files []vfs.File) {
 	for _, f := range files {
