@@ -1,10 +1,7 @@
 package log
 
 import (
-	"bytes"
-	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -12,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/replog/replog/internal/testlog"
 	"github.com/replog/replog/internal/vfs"
 )
 
@@ -143,9 +141,9 @@ func TestGapRollFlushReopenFailureFailsTheLog(t *testing.T) {
 	before, after := gapBatches(t)
 	var suffix atomic.Pointer[string]
 	var fails atomic.Int32
-	var logged syncBuffer
+	var logged testlog.Buffer
 	opts := ManagerOptions{Log: Options{FS: reopenFaultFS(&suffix, &fails), SegmentBytes: int64(len(concat(before...))),
-		Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))},
+		Logger: testlog.New(&logged)},
 		MaxOpenFiles: 1, CheckpointInterval: time.Hour}
 	_, logs := managerWithLogs(t, opts, "p-0", "b")
 	l, b := logs[0], logs[1]
@@ -317,22 +315,4 @@ func TestSyncEveryMessagesOwedAfterAReopenFailure(t *testing.T) {
 	_, err = a.Append(buildBatch(t, 1, 10, 1))
 	require.NoError(t, err)
 	require.Equal(t, int64(3), a.DurableOffset(), "the append after the failed fsync did not fsync")
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers, for a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,36 +1,16 @@
 package replication
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/replog/replog/internal/testlog"
 	"github.com/replog/replog/log"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers, for a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestFollowerOwnRetentionRacesTheLeadersStart: a follower moves its log
 // start up to the leader's after applying a response, once it checked
@@ -42,10 +22,10 @@ func (s *syncBuffer) String() string {
 // (found by a review of replication over Manager-owned logs).
 func TestFollowerOwnRetentionRacesTheLeadersStart(t *testing.T) {
 	checkGoroutines(t)
-	var logged syncBuffer
+	var logged testlog.Buffer
 	tp := TopicPartition{Topic: "t", Partition: 0}
 	cfg := Config{ClusterID: "c", MinInsyncReplicas: 1, FetchMaxWait: 20 * time.Millisecond, FetchBackoff: 5 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		Logger: testlog.New(&logged)}
 	// Both logs: 1 KiB segments, retention keeps about 4 KiB, checked
 	// every millisecond.
 	reps := startTCPReplicas(t, 2, tp, cfg, log.Options{SegmentBytes: 1 << 10, PreallocateBytes: -1,

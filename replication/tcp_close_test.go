@@ -3,11 +3,11 @@ package replication
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/replog/replog/internal/testlog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,9 +73,9 @@ func TestTCPTransportFetchAfterCloseIsClosed(t *testing.T) {
 // test's check of every warning).
 func TestTCPServerTakesAResetForAPeerLeaving(t *testing.T) {
 	checkGoroutines(t)
-	var logged syncBuffer
+	var logged testlog.Buffer
 	h := handlerFunc(func(context.Context, *FetchRequest) (*FetchResponse, error) { return &FetchResponse{}, nil })
-	srv, ln := startServer(t, h, TCPOptions{Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	srv, ln := startServer(t, h, TCPOptions{Logger: testlog.New(&logged)})
 	c := rawConn(t, ln.Addr().String())
 	frame, err := appendFetchRequestFrame(nil, 1, testRequest(1))
 	require.NoError(t, err)
