@@ -165,6 +165,19 @@
 // keeps its context registration from one fetch to the next. What an
 // acks=all Produce allocates is its own wait for the high watermark.
 //
+// An acks=all Produce returns after four hand-offs between goroutines in
+// a row: its append wakes the leader's held fetches of the followers;
+// their responses wake each follower's fetcher, whose next fetch, sent
+// once the batch is appended, wakes the leader's connection; that fetch
+// advances the high watermark, which wakes the producer. Each hand-off
+// waits for the Go scheduler to run the woken goroutine, and for a core
+// if none is idle. On a 2-core VM, with the leader and both followers in
+// one process (BenchmarkProduce, 16 KiB batches), such a wait is 5 to
+// 25 µs at the median; the work on the way (the appends, the responses)
+// is about half of the median call of about 90 µs, and the 1% slowest
+// calls, nearly three times the median, are mostly these waits grown
+// long while the cores run other goroutines.
+//
 // # Wire format (TCP transport)
 //
 // Every message is a frame; integers are big-endian. Frame and record
