@@ -45,15 +45,17 @@ func (l *Log) Append(batches []byte) (AppendInfo, error) {
 // As Kafka's leader does, every batch must hold at least one record and
 // have a last offset delta of record count - 1 (else ErrInvalidRecord;
 // ErrCorrupt for an uncompressed batch, whose records are counted when it
-// is validated); a create-time batch's max timestamp must be its records'
-// largest (or -1 if that is lower); a batch with a producer id must carry
-// a sequence and an epoch (else ErrInvalidRecord); leaderEpoch may not be
-// older than the log's latest epoch (ErrInvalidRecord), though
-// NoLeaderEpoch is always accepted; and a compressed batch
-// is decompressed (with a pooled
+// is validated); its max timestamp must be its records' largest (or -1 if
+// that is lower); a batch with a producer id must carry a sequence and an
+// epoch (else ErrInvalidRecord); leaderEpoch may not be older than the
+// log's latest epoch (ErrInvalidRecord), though NoLeaderEpoch is always
+// accepted; and a compressed batch is decompressed (with a pooled
 // compression.Local, within compression's default decompressed-size
 // limit) and its records checked like an uncompressed batch's (ErrCorrupt
-// for a corrupt stream or records, ErrBatchTooLarge over the limit).
+// for a corrupt stream or records, ErrBatchTooLarge over the limit). A
+// batch with the LogAppendTime attribute is refused (ErrInvalidRecord):
+// the log keeps producers' create times, where Kafka's leader would
+// rewrite the attribute to its topic's timestamp type.
 //
 // On a validation, producer-state, roll or write error nothing is
 // appended. The one exception is a failed fsync of SyncEveryAppend or

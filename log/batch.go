@@ -255,16 +255,21 @@ func (b Batch) checkLeaderRules() error {
 	return nil
 }
 
-// checkLeaderMaxTimestamp checks, on a leader, that a create-time batch's
-// max timestamp is want, its records' largest or NoTimestamp if that is
-// lower (from validate or checkCompressed), as Kafka's leader computes it.
-// A larger one would send timestamp lookups to a batch without such a
-// record; a smaller one, or -1, would hide the batch from them and from
-// time retention. Followers keep what their leader wrote: a compacted
-// batch keeps its max timestamp when records go.
+// checkLeaderMaxTimestamp checks, on a leader, that a batch's max
+// timestamp is want, its records' largest or NoTimestamp if that is lower
+// (from validate or checkCompressed), as Kafka's leader computes it. A
+// larger one would send timestamp lookups to a batch without such a
+// record and keep it from time retention, with every segment after it; a
+// smaller one, or -1, would hide the batch from them. The batch must be a
+// create-time one: the log has no LogAppendTime mode, and its max
+// timestamp, the append time in such a batch, would be the producer's
+// word (Kafka's leader rewrites the type to its topic's, and the CRC with
+// it; the log does not rewrite what the CRC covers). Followers keep what
+// their leader wrote: a compacted batch keeps its max timestamp when
+// records go.
 func (b Batch) checkLeaderMaxTimestamp(want int64) error {
 	if b.IsLogAppendTime() {
-		return nil
+		return fmt.Errorf("%w: LogAppendTime batch from a producer (the log keeps create times)", ErrInvalidRecord)
 	}
 	if b.MaxTimestamp() != want {
 		return fmt.Errorf("%w: max timestamp %d, records up to %d", ErrInvalidRecord, b.MaxTimestamp(), want)

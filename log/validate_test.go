@@ -136,6 +136,45 @@ func TestAppendAsLeaderChecksMaxTimestamp(t *testing.T) {
 	}
 }
 
+// withLogAppendTime returns a copy of b with the LogAppendTime attribute
+// and max timestamp ts, its CRC fixed.
+func withLogAppendTime(b []byte, ts int64) []byte {
+	b = withMaxTimestamp(b, ts)
+	binary.BigEndian.PutUint16(b[offAttributes:], uint16(Batch(b).Attributes()|attrLogAppendTime))
+	binary.BigEndian.PutUint32(b[offCRC:], Batch(b).ComputeCRC())
+	return b
+}
+
+// TestAppendAsLeaderRefusesLogAppendTime: a producer's batch that claimed
+// LogAppendTime skipped the max-timestamp check, so a max timestamp of
+// MaxInt64 was kept as its segment's, and age retention deleted neither
+// that segment nor any after it. A follower keeps such a batch: its
+// leader wrote it.
+func TestAppendAsLeaderRefusesLogAppendTime(t *testing.T) {
+	gz, err := CompressWith(compression.NewLocal(compression.Options{}), compression.Gzip, 0)
+	require.NoError(t, err)
+	for name, b := range map[string][]byte{
+		"plain":      buildBatch(t, 3, 10, 1000),
+		"compressed": compressedBatch(t, gz, 3),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, opts := memLog()
+			l := openLog(t, "/log", opts)
+			appendN(t, l, 1, 0)
+			before := l.Stats()
+			for _, ts := range []int64{math.MaxInt64, 1002, NoTimestamp} {
+				_, err := l.Append(withLogAppendTime(b, ts))
+				require.ErrorIs(t, err, ErrInvalidRecord, "max timestamp %d", ts)
+				requireUnchanged(t, l, before, name)
+			}
+			f := withLogAppendTime(b, 5000)
+			Batch(f).setBaseOffset(l.LogEndOffset())
+			_, err := l.AppendAsFollower(f)
+			require.NoError(t, err)
+		})
+	}
+}
+
 func TestAppendAsLeaderRejectsCountMismatch(t *testing.T) {
 	local := compression.NewLocal(compression.Options{})
 	gz, err := CompressWith(local, compression.Gzip, 0)
