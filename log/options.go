@@ -106,7 +106,11 @@ type Options struct {
 	// may have been acknowledged. Set it for a replica that can fetch
 	// the dropped data again from its leader. Torn tails are truncated
 	// either way (see the package documentation for how recovery tells
-	// them from damage).
+	// them from damage). Likewise a checkpointed log start offset past
+	// the log end after a clean shutdown, which a live log never has, is
+	// refused as ErrCorrupt by default, and restarts the log empty at
+	// that start with TruncateAtCorruption, as it does after a crash
+	// (when it means the start was moved past data never fsynced).
 	TruncateAtCorruption bool
 
 	// FlushGroup, shared by several Logs, bounds how many of them run

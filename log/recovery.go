@@ -123,7 +123,9 @@ func (l *Log) recoverOrTrust(cp loadCheckpoints, fresh bool) (clean bool, err er
 
 // setLoadedOffsets sets the log end, log start and high watermark offsets
 // from the loaded segments and the checkpointed logStart, restarting the
-// log empty at logStart if it lies past the log end, and, if clean, the
+// log empty at logStart if it lies past the log end after a crash (after
+// a clean shutdown that is damage: ErrCorrupt, changing nothing, unless
+// TruncateAtCorruption), and, if clean, the
 // recovery point and durable offset at the log end. It returns the log
 // end offset. The high watermark checkpointed by the last clean Close is
 // used only after a clean shutdown: since then a truncation may have
@@ -133,6 +135,12 @@ func (l *Log) recoverOrTrust(cp loadCheckpoints, fresh bool) (clean bool, err er
 func (l *Log) setLoadedOffsets(logStart int64, clean bool) (int64, error) {
 	segs := l.segments()
 	if end := segs[len(segs)-1].next.Load(); logStart > end {
+		if clean && !l.opts.TruncateAtCorruption {
+			// A clean Close synced everything, and a live log's start
+			// never passes its end: this is damage, not lost data.
+			return 0, fmt.Errorf("replog/log: the log start offset %d in %s is past the log end %d after a clean shutdown; not deleting the log (see Options.TruncateAtCorruption): %w",
+				logStart, logStartOffsetFile, end, ErrCorrupt)
+		}
 		if err := l.restartEmptyAt(logStart, end); err != nil {
 			return 0, err
 		}

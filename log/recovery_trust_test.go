@@ -355,6 +355,47 @@ func TestCleanMarkerNotTrustedWhenSegmentDisagrees(t *testing.T) {
 	}
 }
 
+// TestLogStartPastEndAfterCleanShutdownIsDamage: a log start offset
+// checkpoint past the log end, which a live log never has, made Open
+// delete every segment even after a clean shutdown, where no data could
+// have been lost: Open restarted the log empty at that start, as after a
+// crash that lost data the start had moved past. It now fails with
+// ErrCorrupt and changes no file, unless TruncateAtCorruption; after a
+// crash it still restarts empty, as Kafka's LogLoader does.
+func TestLogStartPastEndAfterCleanShutdownIsDamage(t *testing.T) {
+	fs, opts, batches := closedLog(t, 60)
+	end := Batch(batches[len(batches)-1]).NextOffset()
+	require.NoError(t, writeOffsetCheckpoint(fs, "/log/"+logStartOffsetFile, end+1000))
+	before := dirFiles(t, fs)
+
+	_, err := Open("/log", opts)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, logStartOffsetFile)
+	require.Equal(t, before, dirFiles(t, fs), "a refused Open changed files")
+
+	restarted := func(t *testing.T, l *Log) {
+		t.Helper()
+		require.Equal(t, end+1000, l.LogStartOffset())
+		require.Equal(t, end+1000, l.LogEndOffset())
+		info, err := l.Append(buildBatch(t, 1, 5, 0))
+		require.NoError(t, err)
+		require.Equal(t, end+1000, info.FirstOffset)
+	}
+	t.Run("crash", func(t *testing.T) {
+		img := crashCopy(t, fs)
+		require.NoError(t, img.Remove("/log/"+cleanShutdownFile))
+		o := opts
+		o.FS = img
+		restarted(t, openLog(t, "/log", o))
+	})
+	t.Run("TruncateAtCorruption", func(t *testing.T) {
+		o := opts
+		o.FS = crashCopy(t, fs)
+		o.TruncateAtCorruption = true
+		restarted(t, openLog(t, "/log", o))
+	})
+}
+
 // writeOffsetCheckpointForTest replaces a one-offset checkpoint file with
 // one holding off, in the format the log writes.
 func writeOffsetCheckpointForTest(t *testing.T, fs vfs.FS, path string, off int64) {
