@@ -134,22 +134,22 @@ func batchCases() []batchCase {
 		}},
 		{name: "many records", opts: noProducer(0), records: many},
 		{name: "idempotent producer", opts: log.BatchOptions{
-			ProducerID: 123_456_789_012, ProducerEpoch: 7, BaseSequence: 41,
+			Idempotent: true, ProducerID: 123_456_789_012, ProducerEpoch: 7, BaseSequence: 41,
 		}, records: []testRecord{
 			{ts: t0, value: []byte("x")}, {ts: t0 + 1, value: []byte("y")},
 		}},
 		{name: "sequence near wrap", opts: log.BatchOptions{
-			ProducerID: 1, ProducerEpoch: math.MaxInt16, BaseSequence: math.MaxInt32 - 1,
+			Idempotent: true, ProducerID: 1, ProducerEpoch: math.MaxInt16, BaseSequence: math.MaxInt32 - 1,
 		}, records: []testRecord{
 			{ts: t0, value: []byte("x")}, {ts: t0, value: []byte("y")}, {ts: t0, value: []byte("z")},
 		}},
 		{name: "transactional", opts: log.BatchOptions{
-			ProducerID: 99, ProducerEpoch: 3, BaseSequence: 0, Attributes: 0x10,
+			Idempotent: true, ProducerID: 99, ProducerEpoch: 3, BaseSequence: 0, Attributes: 0x10,
 		}, records: []testRecord{
 			{ts: t0, key: []byte("tx"), value: []byte("1")}, {ts: t0 + 2, key: []byte("tx"), value: []byte("2")},
 		}},
 		{name: "control commit marker", opts: log.BatchOptions{
-			ProducerID: 99, ProducerEpoch: 3, BaseSequence: log.NoSequence, Attributes: 0x30,
+			Idempotent: true, ProducerID: 99, ProducerEpoch: 3, BaseSequence: log.NoSequence, Attributes: 0x30,
 		}, records: []testRecord{
 			{ts: t0 + 3, key: control(1), value: marker},
 		}},
@@ -462,8 +462,10 @@ func TestLogAcceptsKmsgBatches(t *testing.T) {
 		// An empty batch carries no offset to assign. A control batch
 		// is a coordinator's write, which Kafka refuses from clients
 		// (LogValidator: "clients are not allowed to write control
-		// records"); it is left out here.
-		if len(c.records) > 0 && c.opts.Attributes&0x20 == 0 {
+		// records"); it is left out here, as is a LogAppendTime batch,
+		// whose timestamps a broker sets: the log refuses it from
+		// producers (Log.AppendAsLeader).
+		if len(c.records) > 0 && c.opts.Attributes&(0x20|0x08) == 0 {
 			cases = append(cases, c)
 		}
 	}
