@@ -2,16 +2,24 @@ package log
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 )
 
 // BatchOptions are the header fields of a batch being built. The zero
-// value is not usable as is: use NewBatchBuilder, which sets the "absent"
-// producer fields.
+// value builds an uncompressed batch without a producer.
 type BatchOptions struct {
+	// Idempotent makes the batch an idempotent (or transactional)
+	// producer's, control batches included: ProducerID, ProducerEpoch and
+	// BaseSequence are written into its header as given, and a leader's
+	// log takes a batch with the same ones as a retry (see
+	// Log.AppendAsLeader). Without it the batch has no producer
+	// (NoProducerID, NoProducerEpoch, NoSequence), and Build refuses
+	// (ErrInvalidRecord) any of the three set to other than zero or that
+	// value, so that a producer id is never dropped unnoticed.
+	Idempotent bool
 	// ProducerID, ProducerEpoch and BaseSequence identify an idempotent
-	// producer's batch; NoProducerID, NoProducerEpoch, NoSequence when
-	// absent.
+	// producer's batch (see Idempotent).
 	ProducerID    int64
 	ProducerEpoch int16 // see ProducerID
 	BaseSequence  int32 // see ProducerID
@@ -33,7 +41,8 @@ type Compressor interface {
 }
 
 // BatchBuilder builds one v2 record batch at a time. Reuse it with Reset:
-// its buffers are kept. Not safe for concurrent use.
+// its buffers are kept. Its zero value, like NewBatchBuilder, builds
+// batches with the zero BatchOptions. Not safe for concurrent use.
 type BatchBuilder struct {
 	opts     BatchOptions
 	body     []byte
@@ -43,12 +52,9 @@ type BatchBuilder struct {
 	compBody []byte
 }
 
-// NewBatchBuilder returns a builder for a batch without a producer id.
-func NewBatchBuilder() *BatchBuilder {
-	b := &BatchBuilder{}
-	b.Reset(BatchOptions{ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch, BaseSequence: NoSequence})
-	return b
-}
+// NewBatchBuilder returns a builder for a batch without a producer id
+// (the zero BatchOptions).
+func NewBatchBuilder() *BatchBuilder { return &BatchBuilder{} }
 
 // Reset starts a new batch with the given header fields, keeping buffers.
 func (bb *BatchBuilder) Reset(opts BatchOptions) {
@@ -68,7 +74,7 @@ func (bb *BatchBuilder) BodySize() int { return len(bb.body) }
 // value (nil for null) and headers.
 func (bb *BatchBuilder) Add(timestamp int64, key, value []byte, headers ...Header) {
 	if bb.count == 0 {
-		bb.baseTS = timestamp
+		bb.baseTS, bb.maxTS = timestamp, NoTimestamp
 	}
 	if timestamp > bb.maxTS {
 		bb.maxTS = timestamp
@@ -111,10 +117,30 @@ func appendBytes(b, v []byte) []byte {
 	return append(b, v...)
 }
 
+// producer returns the producer fields a batch built with o carries.
+func (o BatchOptions) producer() (int64, int16, int32, error) {
+	if o.Idempotent {
+		return o.ProducerID, o.ProducerEpoch, o.BaseSequence, nil
+	}
+	if o.ProducerID != 0 && o.ProducerID != NoProducerID ||
+		o.ProducerEpoch != 0 && o.ProducerEpoch != NoProducerEpoch ||
+		o.BaseSequence != 0 && o.BaseSequence != NoSequence {
+		return 0, 0, 0, fmt.Errorf("%w: producer id %d, epoch %d, sequence %d without BatchOptions.Idempotent",
+			ErrInvalidRecord, o.ProducerID, o.ProducerEpoch, o.BaseSequence)
+	}
+	return NoProducerID, NoProducerEpoch, NoSequence, nil
+}
+
 // Build appends the finished batch to dst and returns it. The batch's
 // base offset is 0 and its leader epoch NoLeaderEpoch: the log assigns
-// both on append. The builder may be Reset and reused afterwards.
+// both on append. The builder may be Reset and reused afterwards. On an
+// error (producer fields without BatchOptions.Idempotent, a batch over
+// 2 GiB, the Compressor's) it returns dst unchanged.
 func (bb *BatchBuilder) Build(dst []byte) ([]byte, error) {
+	pid, epoch, seq, err := bb.opts.producer()
+	if err != nil {
+		return dst, err
+	}
 	body := bb.body
 	attrs := bb.opts.Attributes &^ attrCodecMask
 	if c := bb.opts.Compressor; c != nil && c.CodecID() != 0 {
@@ -150,9 +176,9 @@ func (bb *BatchBuilder) Build(dst []byte) ([]byte, error) {
 	}
 	be.PutUint64(h[offBaseTimestamp:], uint64(baseTS))
 	be.PutUint64(h[offMaxTimestamp:], uint64(maxTS))
-	be.PutUint64(h[offProducerID:], uint64(bb.opts.ProducerID))
-	be.PutUint16(h[offProducerEpoch:], uint16(bb.opts.ProducerEpoch))
-	be.PutUint32(h[offBaseSequence:], uint32(bb.opts.BaseSequence))
+	be.PutUint64(h[offProducerID:], uint64(pid))
+	be.PutUint16(h[offProducerEpoch:], uint16(epoch))
+	be.PutUint32(h[offBaseSequence:], uint32(seq))
 	be.PutUint32(h[offRecordsCount:], uint32(bb.count))
 	dst = append(dst, body...)
 	batch := Batch(dst[start:])

@@ -62,7 +62,7 @@ func TestFollowerAcceptsCompactedPlainBatch(t *testing.T) {
 func TestNegativeProducerIDIsNoProducer(t *testing.T) {
 	mk := func(pid int64, epoch int16, seq int32, v string) []byte {
 		bb := NewBatchBuilder()
-		bb.Reset(BatchOptions{ProducerID: pid, ProducerEpoch: epoch, BaseSequence: seq})
+		bb.Reset(BatchOptions{Idempotent: true, ProducerID: pid, ProducerEpoch: epoch, BaseSequence: seq})
 		bb.Add(1000, nil, []byte(v))
 		b, err := bb.Build(nil)
 		require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/replog/replog/compression"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -138,7 +139,7 @@ func TestBatchBuilderIsKafkaV2ByteForByte(t *testing.T) {
 		{ts: 1_700_000_000_003, key: []byte("k4"), value: make([]byte, 300)}, // multi-byte lengths
 	}
 	bb := NewBatchBuilder()
-	bb.Reset(BatchOptions{ProducerID: 0x0102030405060708, ProducerEpoch: 0x0a0b, BaseSequence: 0x11223344, Attributes: attrTransactional})
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: 0x0102030405060708, ProducerEpoch: 0x0a0b, BaseSequence: 0x11223344, Attributes: attrTransactional})
 	for _, r := range recs {
 		bb.Add(r.ts, r.key, r.value, r.headers...)
 	}
@@ -241,7 +242,7 @@ func TestBatchBuilderResetReuse(t *testing.T) {
 	bb.Add(6, []byte("b"), []byte("first batch"))
 	first, err := bb.Build(nil)
 	require.NoError(t, err)
-	bb.Reset(BatchOptions{ProducerID: 9, ProducerEpoch: 1, BaseSequence: 0})
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: 9, ProducerEpoch: 1, BaseSequence: 0})
 	require.Equal(t, 0, bb.Len())
 	bb.Add(100, nil, []byte("x"))
 	second, err := bb.Build(nil)
@@ -252,6 +253,52 @@ func TestBatchBuilderResetReuse(t *testing.T) {
 		rawRecord(recordFields(0, 0, nil, []byte("x"))))
 	require.Equal(t, want, second)
 	require.NoError(t, Batch(first).Validate(), "the first batch is not changed by reuse")
+}
+
+// TestBatchBuilderZeroOptionsHaveNoProducer: the zero BatchBuilder, and
+// Reset with BatchOptions that set only a Compressor, built batches of
+// producer 0 at epoch 0 and sequence 0, so that a leader took the second,
+// different batch for a retry of the first and dropped its records
+// (AppendInfo.Duplicate, no error). Their batches now carry no producer,
+// and Build refuses producer fields without Idempotent.
+func TestBatchBuilderZeroOptionsHaveNoProducer(t *testing.T) {
+	lz4, err := CompressWith(compression.NewLocal(compression.Options{}), compression.LZ4, 0)
+	require.NoError(t, err)
+	var zero BatchBuilder
+	withCodec := NewBatchBuilder()
+	withCodec.Reset(BatchOptions{Compressor: lz4})
+	for name, bb := range map[string]*BatchBuilder{"zero builder": &zero, "options with only a Compressor": withCodec} {
+		t.Run(name, func(t *testing.T) {
+			_, opts := memLog()
+			l := openLog(t, "/log", opts)
+			for i := range 3 {
+				bb.Add(int64(i), nil, []byte{byte(i)})
+				b, err := bb.Build(nil)
+				require.NoError(t, err)
+				require.Equal(t, int64(NoProducerID), Batch(b).ProducerID())
+				require.Equal(t, int16(NoProducerEpoch), Batch(b).ProducerEpoch())
+				require.Equal(t, int32(NoSequence), Batch(b).BaseSequence())
+				info, err := l.Append(b)
+				require.NoError(t, err)
+				require.False(t, info.Duplicate, "batch %d taken for a retry", i)
+				require.Equal(t, int64(i), info.FirstOffset)
+				bb.Reset(bb.opts)
+			}
+		})
+	}
+	for _, o := range []BatchOptions{
+		{ProducerID: 7, ProducerEpoch: NoProducerEpoch, BaseSequence: NoSequence},
+		{ProducerID: NoProducerID, ProducerEpoch: 1, BaseSequence: NoSequence},
+		{BaseSequence: 5},
+	} {
+		bb := NewBatchBuilder()
+		bb.Reset(o)
+		bb.Add(1, nil, []byte("x"))
+		dst := []byte("kept")
+		got, err := bb.Build(dst)
+		require.ErrorIs(t, err, ErrInvalidRecord, "%+v", o)
+		require.Equal(t, []byte("kept"), got)
+	}
 }
 
 func TestBatchLogAppendTime(t *testing.T) {
@@ -285,7 +332,7 @@ func TestBatchLastSequenceWraps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		bb := NewBatchBuilder()
-		bb.Reset(BatchOptions{ProducerID: 1, ProducerEpoch: 0, BaseSequence: tt.base})
+		bb.Reset(BatchOptions{Idempotent: true, ProducerID: 1, ProducerEpoch: 0, BaseSequence: tt.base})
 		for i := 0; i < tt.count; i++ {
 			bb.Add(0, nil, nil)
 		}

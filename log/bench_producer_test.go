@@ -59,7 +59,7 @@ func BenchmarkAppendIdempotent(b *testing.B) {
 		return pool
 	}
 	plain := build(BatchOptions{ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch, BaseSequence: NoSequence})
-	withPID := build(BatchOptions{ProducerID: firstProducer, ProducerEpoch: benchEpoch, BaseSequence: 0})
+	withPID := build(BatchOptions{Idempotent: true, ProducerID: firstProducer, ProducerEpoch: benchEpoch, BaseSequence: 0})
 	batchBytes := int64(len(plain[0]))
 
 	// stamp makes batch the next one of producer n (of producers).

@@ -434,7 +434,7 @@ func rollAppender(l *Log, j, logs, n int, start time.Time, interval time.Duratio
 	var seqs [rollProducersPerLog]int32
 	for i := range n {
 		p := i % rollProducersPerLog
-		opts := BatchOptions{ProducerID: int64(j*rollProducersPerLog + p), ProducerEpoch: 0, BaseSequence: seqs[p]}
+		opts := BatchOptions{Idempotent: true, ProducerID: int64(j*rollProducersPerLog + p), ProducerEpoch: 0, BaseSequence: seqs[p]}
 		seqs[p] += benchRecordsPerB
 		var batch Batch
 		if buf, batch, err = g.build(buf[:0], benchRecordsPerB, opts); err != nil {

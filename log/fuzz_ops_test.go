@@ -248,7 +248,7 @@ func (r *opsRunner) produce(pid int64, records int) {
 	}
 	r.n++
 	bb := NewBatchBuilder()
-	bb.Reset(BatchOptions{ProducerID: pid, ProducerEpoch: 0, BaseSequence: seq})
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: pid, ProducerEpoch: 0, BaseSequence: seq})
 	for i := range records {
 		bb.Add(int64(1_000_000+r.n*10+i), fmt.Appendf(nil, "p%d-%d", pid, r.n), fmt.Appendf(nil, "v%d", i))
 	}

@@ -31,7 +31,7 @@ func seedBatches(t testing.TB) [][]byte {
 	add(b)
 	two := append(append([]byte(nil), b...), buildBatch(t, 2, 10, 5)...)
 	add(two) // two batches back to back
-	bb.Reset(BatchOptions{ProducerID: 7, ProducerEpoch: 1, BaseSequence: math.MaxInt32 - 1, Attributes: attrTransactional | attrLogAppendTime})
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: 7, ProducerEpoch: 1, BaseSequence: math.MaxInt32 - 1, Attributes: attrTransactional | attrLogAppendTime})
 	bb.Add(5, []byte("k"), []byte("v"))
 	bb.Add(6, []byte("k"), []byte("v"))
 	b, _ = bb.Build(nil)
@@ -219,7 +219,7 @@ func checkValidBatch(t *testing.T, b Batch, recs []decodedRecord) {
 
 	// Rebuild from the records.
 	bb := NewBatchBuilder()
-	bb.Reset(BatchOptions{ProducerID: b.ProducerID(), ProducerEpoch: b.ProducerEpoch(), BaseSequence: b.BaseSequence(),
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: b.ProducerID(), ProducerEpoch: b.ProducerEpoch(), BaseSequence: b.BaseSequence(),
 		Attributes: b.Attributes() &^ attrCodecMask})
 	for _, r := range recs {
 		bb.Add(r.ts, r.key, r.value, r.headers...)

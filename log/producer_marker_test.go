@@ -12,7 +12,7 @@ import (
 func markerBatch(t *testing.T, pid int64, epoch int16, ts int64) []byte {
 	t.Helper()
 	bb := NewBatchBuilder()
-	bb.Reset(BatchOptions{ProducerID: pid, ProducerEpoch: epoch, BaseSequence: NoSequence, Attributes: attrControl | attrTransactional})
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: pid, ProducerEpoch: epoch, BaseSequence: NoSequence, Attributes: attrControl | attrTransactional})
 	bb.Add(ts, []byte("k"), []byte("marker"))
 	m, err := bb.Build(nil)
 	require.NoError(t, err)

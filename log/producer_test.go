@@ -55,7 +55,7 @@ func idemOpen(t testing.TB, fs vfs.FS, opts Options) *Log {
 func idemBatch(t testing.TB, pid int64, epoch int16, seq int32, n int, ts int64) []byte {
 	t.Helper()
 	bb := NewBatchBuilder()
-	bb.Reset(BatchOptions{ProducerID: pid, ProducerEpoch: epoch, BaseSequence: seq})
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: pid, ProducerEpoch: epoch, BaseSequence: seq})
 	for i := range n {
 		bb.Add(ts+int64(i), []byte(fmt.Sprintf("p%d-e%d-s%d", pid, epoch, int64(seq)+int64(i))), []byte("idempotent value"))
 	}
@@ -479,7 +479,7 @@ func TestProducerSequenceAfterAnEpochBumpingMarker(t *testing.T) {
 	l := idemOpen(t, idemMem(), Options{})
 	idemAppend(t, l, idemBatch(t, 9, 0, 0, 3, 1000))
 	bb := NewBatchBuilder()
-	bb.Reset(BatchOptions{ProducerID: 9, ProducerEpoch: 1, BaseSequence: NoSequence, Attributes: attrControl | attrTransactional})
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: 9, ProducerEpoch: 1, BaseSequence: NoSequence, Attributes: attrControl | attrTransactional})
 	bb.Add(1000, []byte("k"), []byte("marker"))
 	marker, err := bb.Build(nil)
 	require.NoError(t, err)

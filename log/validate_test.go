@@ -83,9 +83,9 @@ func requireUnchanged(t *testing.T, l *Log, before Stats, name string) {
 func TestAppendAsLeaderRejectsProducerWithoutSequence(t *testing.T) {
 	l := openLog(t, t.TempDir(), Options{FS: vfs.NewMem()})
 	for _, o := range []BatchOptions{
-		{ProducerID: 7, ProducerEpoch: 0, BaseSequence: NoSequence},
-		{ProducerID: 7, ProducerEpoch: 0, BaseSequence: -5},
-		{ProducerID: 7, ProducerEpoch: NoProducerEpoch, BaseSequence: 0},
+		{Idempotent: true, ProducerID: 7, ProducerEpoch: 0, BaseSequence: NoSequence},
+		{Idempotent: true, ProducerID: 7, ProducerEpoch: 0, BaseSequence: -5},
+		{Idempotent: true, ProducerID: 7, ProducerEpoch: NoProducerEpoch, BaseSequence: 0},
 	} {
 		bb := NewBatchBuilder()
 		bb.Reset(o)

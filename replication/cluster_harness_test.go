@@ -471,7 +471,7 @@ func (c *testCluster) produce(pr *clusterProducer, stop <-chan struct{}, rnd *ra
 	pad := strings.Repeat("x", valueSize)
 	for seq := int32(0); ; {
 		values := make([]string, 1+rnd.Intn(3))
-		bb.Reset(log.BatchOptions{ProducerID: pr.pid, ProducerEpoch: 0, BaseSequence: seq})
+		bb.Reset(log.BatchOptions{Idempotent: true, ProducerID: pr.pid, ProducerEpoch: 0, BaseSequence: seq})
 		for j := range values {
 			values[j] = fmt.Sprintf("%s/s%d/r%d/%s", pr.tp, seq, j, pad)
 			bb.Add(time.Now().UnixMilli(), nil, []byte(values[j]))

@@ -660,7 +660,7 @@ func (s *sim) fetch(n *simNode) {
 func (s *sim) newBatch(c *simClient) *simBatch {
 	bb := log.NewBatchBuilder()
 	if c.pid != log.NoProducerID {
-		bb.Reset(log.BatchOptions{ProducerID: c.pid, ProducerEpoch: 0, BaseSequence: c.seq})
+		bb.Reset(log.BatchOptions{Idempotent: true, ProducerID: c.pid, ProducerEpoch: 0, BaseSequence: c.seq})
 	}
 	b := &simBatch{seq: c.seq}
 	ts := s.now().UnixMilli()

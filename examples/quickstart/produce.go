@@ -151,7 +151,7 @@ func runProducer(ctx context.Context, c *cluster, p, perProducer int, onAck func
 	var batch []byte
 	for seq := 0; seq < perProducer; seq += recordsPerBatch {
 		n := min(recordsPerBatch, perProducer-seq)
-		b.Reset(replog.BatchOptions{ProducerID: int64(1000 + p), ProducerEpoch: 0, BaseSequence: int32(seq), Compressor: lz4})
+		b.Reset(replog.BatchOptions{Idempotent: true, ProducerID: int64(1000 + p), ProducerEpoch: 0, BaseSequence: int32(seq), Compressor: lz4})
 		for i := 0; i < n; i++ {
 			b.Add(time.Now().UnixMilli(), fmt.Appendf(nil, "producer-%d", p), recordValue(p, seq+i))
 		}

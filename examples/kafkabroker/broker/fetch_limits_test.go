@@ -15,7 +15,7 @@ import (
 func bigBatch(t *testing.T, valueLen int) []byte {
 	t.Helper()
 	bb := replog.NewBatchBuilder()
-	bb.Reset(noProducer)
+	bb.Reset(replog.BatchOptions{})
 	bb.Add(1_700_000_000_000, nil, bytes.Repeat([]byte{'x'}, valueLen))
 	batch, err := bb.Build(nil)
 	if err != nil {

@@ -54,7 +54,7 @@ func peakGoroutines(stop <-chan struct{}) <-chan int {
 func oneRecordBatch(t *testing.T) []byte {
 	t.Helper()
 	bb := replog.NewBatchBuilder()
-	bb.Reset(noProducer)
+	bb.Reset(replog.BatchOptions{})
 	bb.Add(1_700_000_000_000, nil, []byte("v"))
 	batch, err := bb.Build(nil)
 	if err != nil {

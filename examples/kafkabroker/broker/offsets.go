@@ -53,12 +53,6 @@ const (
 	maxRecordOverhead = 40
 )
 
-var noProducer = replog.BatchOptions{
-	ProducerID:    replog.NoProducerID,
-	ProducerEpoch: replog.NoProducerEpoch,
-	BaseSequence:  replog.NoSequence,
-}
-
 func openOffsetStore(dir string) (*offsetStore, error) {
 	l, err := replog.Open(dir, replog.Options{SegmentBytes: 64 << 20})
 	if err != nil {
@@ -124,7 +118,7 @@ func (s *offsetStore) commit(group string, commits []offsetCommit) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now().UnixMilli()
-	s.bb.Reset(noProducer)
+	s.bb.Reset(replog.BatchOptions{})
 	batches := s.buf[:0]
 	var key, value []byte
 	var err error
@@ -137,7 +131,7 @@ func (s *offsetStore) commit(group string, commits []offsetCommit) error {
 			if batches, err = s.bb.Build(batches); err != nil {
 				return err
 			}
-			s.bb.Reset(noProducer)
+			s.bb.Reset(replog.BatchOptions{})
 		}
 		s.bb.Add(now, key, value)
 	}

@@ -28,7 +28,7 @@ func initProducerID(t *testing.T, rc *rawConn) int64 {
 func produceBatch(t *testing.T, rc *rawConn, topic string, pid int64, seq int32, n int) kmsg.ProduceResponseTopicPartition {
 	t.Helper()
 	bb := replog.NewBatchBuilder()
-	bb.Reset(replog.BatchOptions{ProducerID: pid, ProducerEpoch: 0, BaseSequence: seq})
+	bb.Reset(replog.BatchOptions{Idempotent: true, ProducerID: pid, ProducerEpoch: 0, BaseSequence: seq})
 	for i := range n {
 		bb.Add(1_700_000_000_000, nil, testValue(int(seq)+i))
 	}
@@ -176,7 +176,7 @@ func TestProduceRefusesControlBatches(t *testing.T) {
 	// An ABORT marker for pid at epoch 7, from another client.
 	const attrTransactional, attrControl = 0x10, 0x20
 	bb := replog.NewBatchBuilder()
-	bb.Reset(replog.BatchOptions{ProducerID: pid, ProducerEpoch: 7, BaseSequence: replog.NoSequence, Attributes: attrTransactional | attrControl})
+	bb.Reset(replog.BatchOptions{Idempotent: true, ProducerID: pid, ProducerEpoch: 7, BaseSequence: replog.NoSequence, Attributes: attrTransactional | attrControl})
 	bb.Add(1_700_000_000_000, []byte{0, 0, 0, 0}, []byte{0, 0, 0, 0, 0, 0})
 	marker, err := bb.Build(nil)
 	if err != nil {
@@ -205,7 +205,7 @@ func TestProduceRefusesTransactionalBatches(t *testing.T) {
 	pid := initProducerID(t, rc)
 	const attrTransactional = 0x10
 	bb := replog.NewBatchBuilder()
-	bb.Reset(replog.BatchOptions{ProducerID: pid, ProducerEpoch: 0, BaseSequence: 0, Attributes: attrTransactional})
+	bb.Reset(replog.BatchOptions{Idempotent: true, ProducerID: pid, ProducerEpoch: 0, BaseSequence: 0, Attributes: attrTransactional})
 	bb.Add(1_700_000_000_000, nil, []byte("v"))
 	batch, err := bb.Build(nil)
 	if err != nil {
