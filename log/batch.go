@@ -175,7 +175,10 @@ func (b Batch) ValidateHeader() error { return b.validateHeader(true) }
 // validateHeader is ValidateHeader, with the CRC computed only if crc is
 // set.
 func (b Batch) validateHeader(crc bool) error {
-	if len(b) < BatchHeaderSize || b.Size() != len(b) {
+	if len(b) < BatchHeaderSize {
+		return fmt.Errorf("%w: %d bytes, shorter than a batch header (%d)", ErrCorrupt, len(b), BatchHeaderSize)
+	}
+	if b.Size() != len(b) {
 		return fmt.Errorf("%w: batch length field %d does not match %d bytes", ErrCorrupt, b.Length(), len(b))
 	}
 	if b.Magic() != MagicV2 {

@@ -607,6 +607,18 @@ func TestBatchValidateRejects(t *testing.T) {
 	}
 }
 
+// TestBatchValidateShort: Validate and ValidateHeader of fewer than 12
+// bytes panicked (their error message read the length field); every
+// prefix of a batch is now ErrCorrupt.
+func TestBatchValidateShort(t *testing.T) {
+	b := Batch(buildBatch(t, 2, 10, 0))
+	require.NoError(t, b.Validate())
+	for n := range len(b) {
+		require.ErrorIs(t, b[:n].Validate(), ErrCorrupt, "%d bytes", n)
+		require.ErrorIs(t, b[:n].ValidateHeader(), ErrCorrupt, "%d bytes", n)
+	}
+}
+
 func TestBatchValidateAcceptsHandMade(t *testing.T) {
 	recs := rawRecord(recordFields(0, 0, nil, nil))
 	recs = append(recs, rawRecord(recordFields(-7, 1, []byte("k"), nil, Header{Key: []byte("h"), Value: nil}))...)
