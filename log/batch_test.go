@@ -301,6 +301,26 @@ func TestBatchBuilderZeroOptionsHaveNoProducer(t *testing.T) {
 	}
 }
 
+// TestRecordsOfACompressedBatch: Batch.Records decoded a compressed
+// body as records and reported ErrCorrupt, which reads as damaged data;
+// it now yields no record and ErrInvalidRecord, pointing to ResetBatch.
+func TestRecordsOfACompressedBatch(t *testing.T) {
+	gz, err := CompressWith(compression.NewLocal(compression.Options{}), compression.Gzip, 0)
+	require.NoError(t, err)
+	b := Batch(compressedBatch(t, gz, 3))
+	it := b.Records()
+	require.False(t, it.Next())
+	require.ErrorIs(t, it.Err(), ErrInvalidRecord)
+	require.NotErrorIs(t, it.Err(), ErrCorrupt)
+	require.NoError(t, it.ResetBatch(b, compression.NewLocal(compression.Options{})))
+	n := 0
+	for it.Next() {
+		n++
+	}
+	require.NoError(t, it.Err())
+	require.Equal(t, 3, n)
+}
+
 func TestBatchLogAppendTime(t *testing.T) {
 	bb := NewBatchBuilder()
 	bb.Reset(BatchOptions{ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch, BaseSequence: NoSequence, Attributes: attrLogAppendTime})

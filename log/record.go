@@ -50,10 +50,12 @@ type RecordIterator struct {
 }
 
 // Records returns an iterator over an uncompressed batch's records. For a
-// compressed batch, decompress RecordsBody first and use Reset.
+// compressed batch it yields none and its Err wraps ErrInvalidRecord: use
+// ResetBatch with a compression.Local (or decompress RecordsBody and use
+// Reset).
 func (b Batch) Records() *RecordIterator {
 	it := &RecordIterator{}
-	it.reset(b, b.RecordsBody())
+	_ = it.ResetBatch(b, nil)
 	return it
 }
 
