@@ -7,11 +7,12 @@ import "sync"
 // segment's file goes before flushes waiting for a turn, so that after
 // many logs rolled together every log's next file is ready long before
 // the flushes of all of them are done. The application creates one per
-// set of logs, typically one for the process; the zero value is not
-// usable.
+// set of logs, typically one for the process; the zero value lets one
+// log work at a time, as NewFlushGroup(1).
 type FlushGroup struct {
 	mu            sync.Mutex
-	free          int // turns not taken
+	ready         bool // made by NewFlushGroup, or set up at first use
+	free          int  // turns not taken
 	waitingUrgent int
 	waitingOther  int
 	urgent, other sync.Cond
@@ -19,9 +20,17 @@ type FlushGroup struct {
 
 // NewFlushGroup returns a group letting n logs (at least 1) work at once.
 func NewFlushGroup(n int) *FlushGroup {
-	g := &FlushGroup{free: max(n, 1)}
+	g := &FlushGroup{free: max(n, 1), ready: true}
 	g.urgent.L, g.other.L = &g.mu, &g.mu
 	return g
+}
+
+// setUpLocked makes a zero FlushGroup one of a single turn.
+func (g *FlushGroup) setUpLocked() {
+	if !g.ready {
+		g.free, g.ready = 1, true
+		g.urgent.L, g.other.L = &g.mu, &g.mu
+	}
 }
 
 // acquire waits for a turn, before every waiting non-urgent caller if
@@ -31,6 +40,7 @@ func (g *FlushGroup) acquire(urgent bool) func() {
 		return func() {}
 	}
 	g.mu.Lock()
+	g.setUpLocked()
 	if urgent {
 		g.waitingUrgent++
 		for g.free == 0 {

@@ -65,3 +65,36 @@ func TestFlushGroupUrgentGoesFirst(t *testing.T) {
 	require.Equal(t, "urgent", <-got)
 	require.Equal(t, "other", <-got)
 }
+
+// TestZeroFlushGroupIsOneTurn: a zero FlushGroup, accepted by Open, made
+// the log's background goroutine wait on a condition without a lock, a
+// panic that took the process down once the log rolled. It now lets one
+// log work at a time.
+func TestZeroFlushGroupIsOneTurn(t *testing.T) {
+	requireNoGoroutineLeak(t)
+	var g FlushGroup
+	release := g.acquire(false)
+	got := make(chan struct{})
+	go func() { r := g.acquire(true); close(got); r() }()
+	waitFlushGroupWaiters(t, &g, 1, 0)
+	select {
+	case <-got:
+		t.Fatal("a zero FlushGroup gave a second turn")
+	case <-time.After(10 * time.Millisecond):
+	}
+	release()
+	<-got
+
+	var shared FlushGroup
+	_, opts := memLog()
+	opts.FlushGroup = &shared
+	for _, dir := range []string{"/a", "/b"} {
+		l := openLog(t, dir, opts)
+		for range 3 {
+			appendN(t, l, 40, 0) // rolls, whose work takes turns
+		}
+		require.NoError(t, l.Sync())
+		require.Greater(t, len(l.segments()), 2)
+		require.NoError(t, l.Close())
+	}
+}
