@@ -2,6 +2,7 @@ package replication
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -116,6 +117,9 @@ func lastBatchEpoch(l *log.Log) int32 { return l.EpochAt(l.LogEndOffset() - 1) }
 // few hundred KiB of whole batches at a time; when an append fails, the
 // batches before it stay. It returns the bytes appended.
 func (n *Node) HandleFetchResponse(leader int32, req *FetchRequest, resp *FetchResponse, now time.Time) (int64, error) {
+	if req == nil || resp == nil {
+		return 0, fmt.Errorf("%w: no fetch request or response to apply", ErrMalformedFrame)
+	}
 	a := n.newResponseApplier(leader, req, func() time.Time { return now })
 	for i := range resp.Partitions {
 		pr := &resp.Partitions[i]

@@ -66,12 +66,16 @@ func (n *Node) partition(tp TopicPartition) *partition {
 // roles at older epochs are refused with ErrStaleEpoch, so a reopened log
 // never takes batches of an epoch older than those it holds. It calls
 // l.RetainAboveHighWatermark: retention and DeleteRecordsBefore then
-// never delete records that are not committed.
+// never delete records that are not committed. A partition already hosted
+// is refused with ErrPartitionExists, a nil l with an error.
 func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
+	if l == nil {
+		return fmt.Errorf("replication: AddPartition %s with a nil log", tp)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.parts[tp]; ok {
-		return fmt.Errorf("replication: partition %s already added", tp)
+		return fmt.Errorf("%w: %s", ErrPartitionExists, tp)
 	}
 	l.RetainAboveHighWatermark()
 	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1, leaderLEO: -1,

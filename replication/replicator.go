@@ -204,6 +204,9 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 // goroutine for days. A fetch of no partitions is answered at once. After
 // Close it returns ErrClosed and changes nothing.
 func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+	if req == nil {
+		return nil, fmt.Errorf("%w: no fetch request", ErrMalformedFrame)
+	}
 	return r.handleFetchScratch(ctx, req, &serveScratch{})
 }
 
@@ -326,6 +329,9 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 		} else {
 			var resp *FetchResponse
 			resp, err = r.transport.Fetch(r.ctx, leader, req)
+			if err == nil && resp == nil {
+				err = fmt.Errorf("%w: transport %T answered neither a response nor an error", ErrMalformedFrame, r.transport)
+			}
 			if err == nil && r.ctx.Err() == nil {
 				_, applyErr = r.node.HandleFetchResponse(leader, req, resp, r.cfg.Now())
 			}

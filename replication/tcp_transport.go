@@ -176,6 +176,9 @@ func (t *TCPTransport) fetchStream(ctx context.Context, leader int32, req *Fetch
 
 // fetch is fetchInto, or fetchStream when sink is set.
 func (t *TCPTransport) fetch(ctx context.Context, leader int32, req *FetchRequest, buf []byte, sink fetchSink) (*FetchResponse, []byte, error) {
+	if req == nil {
+		return nil, buf, fmt.Errorf("%w: no fetch request", ErrMalformedFrame)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, buf, err
 	}

@@ -6,8 +6,10 @@ import "context"
 // TCP (NewTCPTransport, with NewTCPServer on the leader side) and an
 // in-memory network with seeded fault injection for tests (NewMemNetwork).
 type Transport interface {
-	// Fetch sends req to node leader and returns its answer. It honours
-	// ctx; the leader may hold the request up to req.MaxWaitMs.
+	// Fetch sends req to node leader and returns its answer, or an error.
+	// It honours ctx; the leader may hold the request up to
+	// req.MaxWaitMs. The Replicator takes a nil answer without an error
+	// for a malformed one (ErrMalformedFrame).
 	Fetch(ctx context.Context, leader int32, req *FetchRequest) (*FetchResponse, error)
 }
 

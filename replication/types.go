@@ -56,6 +56,8 @@ var (
 	// ErrInvalidAcks: Produce with an acks value other than AcksNone,
 	// AcksLeader or AcksAll.
 	ErrInvalidAcks = errors.New("replication: acks must be AcksNone (0), AcksLeader (1) or AcksAll (-1)")
+	// ErrPartitionExists: AddPartition of a partition already hosted.
+	ErrPartitionExists = errors.New("replication: partition already added")
 )
 
 // ErrorCode is a partition error in a fetch response.
