@@ -103,8 +103,9 @@ func (n *Node) Log(tp TopicPartition) (*log.Log, bool) {
 }
 
 // BecomeLeader makes this node the leader of tp at epoch, with the given
-// replica set (including this node, and at least MinInsyncReplicas
-// replicas, else ErrInvalidAssignment) and ISR. Followers are expected to
+// replica set (including this node, at least MinInsyncReplicas replicas,
+// no id twice or negative, else ErrInvalidAssignment) and ISR (a subset
+// including this node). Followers are expected to
 // fetch; until they do, the high watermark waits for the ISR members. A
 // stale epoch returns ErrStaleEpoch, and so does the epoch this node
 // followed another leader at, even after StopPartition: an epoch has one
@@ -166,6 +167,9 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 // holding any data; with fewer replicas than MinInsyncReplicas the high
 // watermark could never move.
 func (n *Node) checkAssignment(replicas, isr []int32) error {
+	if slices.ContainsFunc(replicas, func(id int32) bool { return id < 0 }) {
+		return fmt.Errorf("replicas %v include a negative id", replicas)
+	}
 	if !slices.Contains(replicas, n.id) {
 		return fmt.Errorf("replicas %v lack this node (%d)", replicas, n.id)
 	}

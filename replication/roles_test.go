@@ -65,7 +65,8 @@ func TestAddPartitionStartsAtTheLogsEpoch(t *testing.T) {
 // BecomeLeader refuses an ISR that is not a subset of the replicas or
 // lacks this node, and duplicate ids: an unknown id would count toward
 // MinInsyncReplicas without holding data. And fewer replicas than
-// MinInsyncReplicas, whose high watermark could never move.
+// MinInsyncReplicas, whose high watermark could never move, and negative
+// ids, which no node has (they were accepted).
 func TestBecomeLeaderChecksTheAssignment(t *testing.T) {
 	r := newTestReplica(t, 0, Config{MinInsyncReplicas: 3})
 	for _, c := range []struct {
@@ -78,6 +79,7 @@ func TestBecomeLeaderChecksTheAssignment(t *testing.T) {
 		{"replica twice", []int32{0, 1, 1}, []int32{0, 1}},
 		{"ISR member twice", []int32{0, 1, 2}, []int32{0, 1, 1}},
 		{"fewer replicas than MinInsyncReplicas", []int32{0, 1}, []int32{0, 1}},
+		{"negative replica id", []int32{0, 1, -1}, []int32{0, 1}},
 	} {
 		err := r.node.BecomeLeader(ntp, 1, c.replicas, c.isr, ntime)
 		require.ErrorIs(t, err, ErrInvalidAssignment, c.name)
