@@ -40,21 +40,25 @@
 //     bytes per input byte, LZ4's best ratio);
 //   - gzip: output is read in windows that stop one byte past the limit;
 //   - zstd: the frame and block headers bound the output (the content size,
-//     or per block its raw size or 128 KiB) before decoding; DecodeAll then
-//     writes into a buffer capped at the limit. Frames with windows over
+//     or per block its raw size or 128 KiB; a compressed block of under 2
+//     bytes is corrupt) before decoding; DecodeAll then writes into a
+//     buffer capped at that bound and the limit, first at 32 times the
+//     input (at least 256 KiB), grown fourfold and decoded again as often
+//     as the output needs. Frames with windows over
 //     128 MiB (zstd's own default limit) fail with [ErrUnsupported]; smaller
 //     windows cost no memory, since frames decode straight into the output.
 //
 // When an LZ4 block or zstd frame could make more than the limit leaves and
-// fails to decode within it, the error is ErrTooLarge: it may be corrupt as
-// well, but finding out would take a decode past the limit.
+// fails to decode within it, for want of room, the error is ErrTooLarge:
+// it may be corrupt as well, but finding out would take a decode past the
+// limit. A zstd frame that fails where room was not short is ErrCorrupt.
 //
 // The limit is therefore what one call may cost in memory, whatever the
 // input's size: a zstd frame of a few KiB can legitimately decompress to
 // 64 MiB (a compressed block of about ten bytes may make 128 KiB), and its
-// headers cannot tell it from one that makes less, so the buffer for it is
-// sized from the headers (about 128 KiB per 5-byte block at most), up to
-// the limit. A broker that decompresses untrusted batches concurrently
+// headers cannot tell it from one that makes less; its buffer grows to
+// what it makes, up to the limit, a corrupt one's to about where it
+// fails. A broker that decompresses untrusted batches concurrently
 // should set MaxDecompressedSize to what it can hold that many times over.
 //
 // # Formats written

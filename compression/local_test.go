@@ -2,6 +2,7 @@ package compression
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"testing"
@@ -246,6 +247,60 @@ func TestDecompressForgedSize(t *testing.T) {
 			})
 			require.ErrorIs(t, err, ErrCorrupt)
 			assert.Less(t, n, uint64(1<<20), "allocated %d bytes", n)
+		})
+	}
+}
+
+// zstdBlocksFrame is a zstd frame (1 MiB window, no content size) of n
+// compressed blocks holding body each, then a last raw block of one byte.
+func zstdBlocksFrame(n int, body []byte) []byte {
+	f := binary.LittleEndian.AppendUint32(nil, zstdMagic)
+	f = append(f, 0x00, 10<<3)
+	for range n {
+		bh := uint32(len(body))<<3 | 2<<1
+		f = append(f, byte(bh), byte(bh>>8), byte(bh>>16))
+		f = append(f, body...)
+	}
+	return append(f, 1<<3|1, 0, 0, 'x')
+}
+
+// TestZstdBlockBoundIsNotAllocated: a frame's block headers count 128 KiB
+// for every compressed block, however small, and unzstd allocated that
+// bound (up to the 64 MiB limit) before decoding: 1.8 KB of empty blocks
+// allocated 64 MiB, and, since the bound was over the limit, the corrupt
+// frame was reported ErrTooLarge. Empty compressed blocks are now refused
+// from the headers, and a frame of garbage blocks, corrupt at its first,
+// allocates about a first guess, not its bound.
+func TestZstdBlockBoundIsNotAllocated(t *testing.T) {
+	var l Local // 64 MiB limit
+	for name, src := range map[string][]byte{
+		"600 empty blocks":              zstdBlocksFrame(600, nil),
+		"600 blocks of 1 byte":          zstdBlocksFrame(600, []byte{0}),
+		"300 corrupt blocks of 5 bytes": zstdBlocksFrame(300, []byte{0, 0, 0, 0, 0}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			n := allocated(func() { _, err = l.Decompress(nil, src, Zstd) })
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.NotErrorIs(t, err, ErrTooLarge)
+			assert.Less(t, n, uint64(2<<20), "allocated %d bytes for %d of input", n, len(src))
+		})
+	}
+}
+
+// TestZstdOutputPastTheFirstGuess: a stream without content size that
+// decompresses to far more than unzstd's first guess (zeros: a ratio in
+// the thousands) is decoded whole, the room grown as needed.
+func TestZstdOutputPastTheFirstGuess(t *testing.T) {
+	zeros := make([]byte, 6<<20)
+	for _, v := range compressVariants(t, Zstd, zeros) {
+		t.Run(v.name, func(t *testing.T) {
+			require.Less(t, zstdGuessRatio*len(v.data), len(zeros))
+			var l Local
+			got, err := l.Decompress([]byte("head"), v.data, Zstd)
+			require.NoError(t, err)
+			require.Equal(t, "head", string(got[:4]))
+			require.Equal(t, zeros, got[4:])
 		})
 	}
 }

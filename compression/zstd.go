@@ -32,6 +32,22 @@ const (
 	zstdSkippableMagic = 0x184D2A50 // 0x184D2A50 to 0x184D2A5F
 	zstdSkippableMask  = 0xFFFFFFF0
 	zstdMaxBlock       = 128 << 10 // Block_Maximum_Size at most
+	// zstdMinCompressedBlock is the smallest compressed block: a
+	// literals section header and a sequences section header of a byte
+	// each.
+	zstdMinCompressedBlock = 2
+)
+
+// A frame's block headers bound its output only loosely (128 KiB for a
+// compressed block of a few bytes), so unzstd first makes room for
+// zstdGuessRatio times the input, at least zstdMinGuess, within that
+// bound, and grows it zstdGrowth times over each time the decoder needs
+// more, decoding again: a bomb, or a corrupt frame that claims much, then
+// allocates about what it really decodes to, not the bound.
+const (
+	zstdMinGuess   = 256 << 10
+	zstdGuessRatio = 32
+	zstdGrowth     = 4
 )
 
 // zstdBound returns an upper bound of the decompressed size of the zstd
@@ -143,6 +159,9 @@ func zstdBlocksBound(src []byte) (uint64, []byte, error) {
 			frame += uint64(size)
 			stored = 1
 		case 2: // compressed
+			if size < zstdMinCompressedBlock {
+				return 0, nil, fmt.Errorf("%w: zstd: compressed block of %d bytes", ErrCorrupt, size)
+			}
 			frame += zstdMaxBlock
 		default:
 			return 0, nil, fmt.Errorf("%w: zstd: reserved block type", ErrCorrupt)
@@ -159,12 +178,13 @@ func zstdBlocksBound(src []byte) (uint64, []byte, error) {
 //
 // zstdBound tells from the frame and block headers how much output src can
 // make at most. The decoder runs with klauspost's cap limit, under which
-// DecodeAll never writes past the capacity of the slice it is given: unzstd
-// gives it dst's spare capacity, grown if need be to that bound, but never
-// beyond the limit (plus zstdSlack). So output is bounded while decoding,
-// and a bomb allocates the limit, not its output. When the bound is over
-// the limit and decoding fails, the frame is reported ErrTooLarge (it may
-// be corrupt as well).
+// DecodeAll never writes past the capacity of the slice it is given
+// (ErrDecoderSizeExceeded instead): unzstd gives it dst's spare capacity,
+// grown if need be to a first guess within that bound (see zstdMinGuess)
+// and then step by step, but never beyond the limit (plus zstdSlack). So
+// output is bounded while decoding, and a bomb allocates at most the
+// limit, not its output. A frame that needs more than the limit is
+// ErrTooLarge; any other failure is ErrCorrupt.
 func (l *Local) unzstd(dst, src []byte) ([]byte, error) {
 	bound, err := zstdBound(src)
 	if err != nil {
@@ -182,10 +202,18 @@ func (l *Local) unzstd(dst, src []byte) ([]byte, error) {
 		l.zd = d
 	}
 	room := l.MaxDecompressedSize()
-	want := int(min(bound, uint64(room))) + zstdSlack
-	dst = grow(dst, want, want)
-	w := dst[len(dst):len(dst):min(cap(dst), len(dst)+room+zstdSlack)]
-	out, err := l.zd.DecodeAll(src, w)
+	most := int(min(bound, uint64(room))) // output src may need
+	want := min(most, max(zstdMinGuess, zstdGuessRatio*len(src)))
+	var w, out []byte
+	for {
+		dst = grow(dst, want+zstdSlack, want+zstdSlack)
+		w = dst[len(dst):len(dst):min(cap(dst), len(dst)+room+zstdSlack)]
+		out, err = l.zd.DecodeAll(src, w)
+		if err == nil || cap(w) >= most+zstdSlack || !outOfRoom(err, out, w) {
+			break
+		}
+		want = min(most, zstdGrowth*cap(w)) // decode again with more room
+	}
 	switch {
 	case err == nil:
 		if len(out) > room {
@@ -199,11 +227,20 @@ func (l *Local) unzstd(dst, src []byte) ([]byte, error) {
 		return dst, fmt.Errorf("%w: zstd: window over %d bytes: %w", ErrUnsupported, zstdMaxWindow, err)
 	case errors.Is(err, zstd.ErrUnknownDictionary):
 		return dst, fmt.Errorf("%w: zstd: %w", ErrUnsupported, err)
-	case bound > uint64(room) && !errors.Is(err, zstd.ErrCRCMismatch):
+	case bound > uint64(room) && outOfRoom(err, out, w):
+		// Past the limit (it may be corrupt as well).
 		return dst, fmt.Errorf("%w: zstd: %w", l.tooLarge(Zstd), err)
 	default:
 		return dst, corrupt(Zstd, err)
 	}
+}
+
+// outOfRoom reports whether DecodeAll may have failed with err for want
+// of room in w, where it decoded out: the decoder said so, or the block it
+// failed in could have reached w's capacity (a block that would pass it
+// fails with an error of its own, as a corrupt one does).
+func outOfRoom(err error, out, w []byte) bool {
+	return errors.Is(err, zstd.ErrDecoderSizeExceeded) || len(out)+zstdMaxBlock+zstdSlack >= cap(w)
 }
 
 // zstdLevel maps a checked Kafka/zstd level to klauspost's encoder level.

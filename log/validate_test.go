@@ -175,6 +175,28 @@ func TestAppendAsLeaderRefusesLogAppendTime(t *testing.T) {
 	}
 }
 
+// TestAppendZstdOfEmptyBlocksIsCorrupt: a 1.8 KB zstd body of empty
+// compressed blocks, each counted as 128 KiB of possible output, made the
+// leader allocate 64 MiB and report ErrBatchTooLarge ("message too
+// large" to a Kafka client) for a corrupt stream.
+func TestAppendZstdOfEmptyBlocksIsCorrupt(t *testing.T) {
+	frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 10 << 3} // magic, 1 MiB window
+	for range 600 {
+		frame = append(frame, 2<<1, 0, 0) // an empty compressed block
+	}
+	frame = append(frame, 1<<3|1, 0, 0, 'x') // last: raw, one byte
+	h := defaultRawHeader(1)
+	h.attributes = int16(compression.Zstd)
+	_, opts := memLog()
+	l := openLog(t, "/log", opts)
+	appendN(t, l, 1, 0)
+	before := l.Stats()
+	_, err := l.Append(rawBatch(h, frame))
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.NotErrorIs(t, err, ErrBatchTooLarge)
+	requireUnchanged(t, l, before, "corrupt zstd")
+}
+
 func TestAppendAsLeaderRejectsCountMismatch(t *testing.T) {
 	local := compression.NewLocal(compression.Options{})
 	gz, err := CompressWith(local, compression.Gzip, 0)
