@@ -371,7 +371,8 @@ func (m *Manager) Names() []string {
 // the deletion at the next OpenManager. If it fails before the rename and
 // the log's recovery point are durably gone, the name stays taken (Create
 // fails with ErrLogExists) and Delete may be called again to finish.
-// After Close it fails with ErrClosed.
+// A name no log has is ErrNoSuchLog, or ErrInvalidLogName if Create would
+// refuse it. After Close it fails with ErrClosed.
 func (m *Manager) Delete(name string) error {
 	m.mu.Lock()
 	if m.closed {
@@ -382,7 +383,10 @@ func (m *Manager) Delete(name string) error {
 	retry := m.undeleted[name] && !m.busy[name]
 	if !ok && !retry {
 		m.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrNoSuchLog, name)
+		if !validLogName(name) || reservedName(name) {
+			return fmt.Errorf("%w %q", ErrInvalidLogName, name)
+		}
+		return fmt.Errorf("%w: %q", ErrNoSuchLog, name)
 	}
 	delete(m.logs, name)
 	// Create fails with ErrLogExists until the directory is gone: it

@@ -261,6 +261,10 @@ func TestManagerCreateGetDelete(t *testing.T) {
 	}
 	require.Equal(t, []string{"clicks-0", "orders-0", "orders-1"}, m.Names())
 	require.ErrorIs(t, m.Delete("nope"), ErrNoSuchLog)
+	// A name Create refuses was ErrNoSuchLog ("no such log: " for "").
+	for _, bad := range []string{"", ".", "..", "a/b", "x.deleted"} {
+		require.ErrorIs(t, m.Delete(bad), ErrInvalidLogName, "Delete(%q)", bad)
+	}
 
 	old, _ := m.Get("orders-1")
 	require.NoError(t, m.Delete("orders-1"))
