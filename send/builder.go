@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"reflect"
 	"syscall"
 )
@@ -291,12 +292,12 @@ func (b *Builder) AddCopy(p []byte) {
 // adjacent in the file to the region added just before it (same f, off
 // equal to that region's end) is merged with it.
 //
-// AddFile returns ErrInvalidRegion (and adds nothing) for a nil f, a
-// negative off or n, or off+n overflowing int64. Whether the region lies
+// AddFile returns ErrInvalidRegion (and adds nothing) for a nil f (or a
+// nil *os.File), a negative off or n, or off+n overflowing int64. Whether the region lies
 // inside the file is checked by WriteTo (ErrRegionPastEOF). An empty region
 // adds nothing.
 func (b *Builder) AddFile(f io.ReaderAt, off, n int64) error {
-	if f == nil || off < 0 || n < 0 || off > maxInt64-n {
+	if osf, ok := f.(*os.File); f == nil || ok && osf == nil || off < 0 || n < 0 || off > maxInt64-n {
 		return fmt.Errorf("%w: offset %d length %d", ErrInvalidRegion, off, n)
 	}
 	if n == 0 {
@@ -364,11 +365,14 @@ func sameFile(a, b io.ReaderAt) bool {
 // should normally close it. Errors wrap the cause: ErrRegionPastEOF, a
 // read error of a file, os.ErrDeadlineExceeded, net.ErrClosed,
 // syscall.EPIPE or syscall.ECONNRESET for a peer that went away, or
-// ErrShortWrite.
+// ErrShortWrite. A nil w is an error, with nothing written.
 func (b *Builder) WriteTo(w io.Writer) (int64, error) {
 	b.options()
 	if len(b.parts) == 0 {
 		return 0, nil
+	}
+	if w == nil {
+		return 0, errors.New("send: WriteTo a nil writer")
 	}
 	n, handled, err := b.writeFast(w)
 	if !handled {

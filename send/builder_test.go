@@ -204,6 +204,7 @@ func TestAddFileInvalid(t *testing.T) {
 		off, n int64
 	}{
 		{"nil file", nil, 0, 1},
+		{"nil *os.File", (*os.File)(nil), 0, 1}, // was added, failing at WriteTo
 		{"negative offset", f, -1, 1},
 		{"negative length", f, 0, -1},
 		{"overflow", f, 1 << 62, 1<<62 + 1<<61 + 1<<60},
@@ -219,6 +220,10 @@ func TestAddFileInvalid(t *testing.T) {
 	var b send.Builder
 	require.NoError(t, b.AddFile(f, 5, 0), "an empty region is fine")
 	assert.Zero(t, b.Len())
+	b.AddBytes([]byte("x"))
+	n, err := b.WriteTo(nil) // panicked
+	require.Error(t, err)
+	assert.Zero(t, n)
 }
 
 // failingReaderAt returns err once a read reaches offset failAt.
