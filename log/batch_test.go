@@ -321,6 +321,23 @@ func TestRecordsOfACompressedBatch(t *testing.T) {
 	require.Equal(t, 3, n)
 }
 
+// TestCompressWithNilLocal: CompressWith(nil, ...) returned a Compressor
+// that panicked in BatchBuilder.Build; a nil Local now means one of its
+// own.
+func TestCompressWithNilLocal(t *testing.T) {
+	c, err := CompressWith(nil, compression.LZ4, 0)
+	require.NoError(t, err)
+	bb := NewBatchBuilder()
+	bb.Reset(BatchOptions{Compressor: c})
+	bb.Add(1, nil, []byte("value"))
+	b, err := bb.Build(nil)
+	require.NoError(t, err)
+	var it RecordIterator
+	require.NoError(t, it.ResetBatch(Batch(b), compression.NewLocal(compression.Options{})))
+	require.True(t, it.Next())
+	require.Equal(t, "value", string(it.Record().Value))
+}
+
 func TestBatchLogAppendTime(t *testing.T) {
 	bb := NewBatchBuilder()
 	bb.Reset(BatchOptions{ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch, BaseSequence: NoSequence, Attributes: attrLogAppendTime})

@@ -23,8 +23,12 @@ func (c localCompressor) Compress(dst, src []byte) ([]byte, error) {
 
 // CompressWith returns a Compressor for BatchOptions that compresses the
 // records body with codec at level (0: the codec's default), using local's
-// reusable buffers. Like local, it is not safe for concurrent use.
+// reusable buffers (a nil local: a Local of its own). Like local, it is
+// not safe for concurrent use.
 func CompressWith(local *compression.Local, codec compression.Codec, level int) (Compressor, error) {
+	if local == nil {
+		local = compression.NewLocal(compression.Options{})
+	}
 	if !codec.Valid() {
 		return nil, fmt.Errorf("%w: codec %d", compression.ErrUnknownCodec, codec)
 	}
