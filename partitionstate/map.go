@@ -194,7 +194,7 @@ func (m *Map[K, V]) Clear() {
 // end. So seq may read m, for example m.All() through a filter: such an
 // iteration yields each old entry once. It also means that replacing n
 // entries by n new keys makes m hold up to 2n nodes for a moment, and keep
-// them for reuse.
+// them for reuse. A nil seq empties m.
 func (m *Map[K, V]) Replace(seq iter.Seq2[K, V]) {
 	// Everything placed by seq gets a stamp above start and lands at the
 	// end; what keeps a stamp at or below start was not in seq and forms a
@@ -208,7 +208,9 @@ func (m *Map[K, V]) Replace(seq iter.Seq2[K, V]) {
 			return true
 		}
 	}
-	seq(m.place)
+	if seq != nil {
+		seq(m.place)
+	}
 	lost := false // a dropped key that delete cannot find (NaN)
 	for m.head != nil && m.head.stamp <= start {
 		n := m.head

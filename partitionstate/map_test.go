@@ -294,6 +294,13 @@ func TestReplace(t *testing.T) {
 	}
 }
 
+// TestReplaceNilSeq: Replace(nil) panicked calling it; it empties the map.
+func TestReplaceNilSeq(t *testing.T) {
+	m := fill(t, "a", "b")
+	m.Replace(nil)
+	assert.Equal(t, []kv{}, contents(t, m))
+}
+
 func TestReplaceFromOwnIterator(t *testing.T) {
 	m := fill(t, "a", "b", "c", "d", "e")
 	// Keep every other entry, doubling its value: the iteration Replace
