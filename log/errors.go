@@ -36,4 +36,7 @@ var (
 	// page cache after a failed fsync is unknown (fsyncgate), and a
 	// reopen's recovery goes by what the files hold.
 	ErrSyncFailed = errors.New("replog/log: an earlier fsync or durable write failed; reopen the log")
+	// ErrInvalidOptions reports Options that Open (or OpenManager, in
+	// ManagerOptions.Log) refuses; the message names the field.
+	ErrInvalidOptions = errors.New("replog/log: invalid options")
 )

@@ -1045,23 +1045,35 @@ func TestOpenMakesEveryCreatedDirectoryDurable(t *testing.T) {
 	require.NoError(t, m.Close())
 }
 
+// TestOpenRejectsBadOptions: every field out of range is refused with
+// ErrInvalidOptions naming it (most were "negative option" or "invalid
+// index or batch size options", naming none).
 func TestOpenRejectsBadOptions(t *testing.T) {
 	requireNoGoroutineLeak(t)
-	bad := []Options{
-		{SegmentBytes: 10},
-		{SegmentBytes: 1 << 32},
-		{MaxIndexBytes: 8},
-		{IndexIntervalBytes: -1},
-		{SyncEveryMessages: -1},
-		{RetentionBytes: -1},
-		{SegmentJitter: -time.Second},
-		{ProducerIDExpiration: -time.Hour},
-		{ProducerExpiryCheckInterval: -time.Second},
+	bad := []struct {
+		field string
+		o     Options
+	}{
+		{"SegmentBytes", Options{SegmentBytes: 10}},
+		{"SegmentBytes", Options{SegmentBytes: 1 << 32}},
+		{"MaxIndexBytes", Options{MaxIndexBytes: 8}},
+		{"MaxBatchBytes", Options{MaxBatchBytes: -1}},
+		{"IndexIntervalBytes", Options{IndexIntervalBytes: -1}},
+		{"SyncEveryMessages", Options{SyncEveryMessages: -1}},
+		{"SyncInterval", Options{SyncInterval: -time.Second}},
+		{"RetentionBytes", Options{RetentionBytes: -1}},
+		{"RetentionAge", Options{RetentionAge: -time.Second}},
+		{"RetentionCheckInterval", Options{RetentionCheckInterval: -time.Second}},
+		{"FileDeleteDelay", Options{FileDeleteDelay: -time.Second}},
+		{"SegmentJitter", Options{SegmentJitter: -time.Second}},
+		{"ProducerIDExpiration", Options{ProducerIDExpiration: -time.Hour}},
+		{"ProducerExpiryCheckInterval", Options{ProducerExpiryCheckInterval: -time.Second}},
 	}
-	for i, o := range bad {
-		o.FS = vfs.NewMem()
-		_, err := Open("/log", o)
-		require.Error(t, err, "options %d: %+v", i, o)
+	for _, b := range bad {
+		b.o.FS = vfs.NewMem()
+		_, err := Open("/log", b.o)
+		require.ErrorIs(t, err, ErrInvalidOptions, "%+v", b.o)
+		require.ErrorContains(t, err, "Options."+b.field+" ")
 	}
 }
 

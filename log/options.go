@@ -27,7 +27,11 @@ const (
 // Options configure a Log. The zero value gives Kafka's defaults: 1 GiB
 // segments rolled after 7 days, an index entry every 4096 bytes, no
 // time- or count-based fsync (data is fsynced on roll, by Sync and on
-// Close), no retention.
+// Close), no retention. Open refuses a negative size, count or duration
+// (but for SegmentAge, CheckpointInterval and PreallocateBytes, where
+// negative means something of its own), SegmentBytes over 2^31-1, and
+// SegmentBytes or MaxBatchBytes below a batch header (61 bytes) or
+// MaxIndexBytes below 32, with ErrInvalidOptions naming the field.
 type Options struct {
 	// SegmentBytes is the size at which a segment is rolled.
 	SegmentBytes int64
@@ -254,15 +258,35 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	switch {
-	case o.SegmentBytes < BatchHeaderSize || o.SegmentBytes > 1<<31-1:
-		return o, fmt.Errorf("replog/log: SegmentBytes %d outside [%d, 2^31-1]", o.SegmentBytes, BatchHeaderSize)
-	case o.IndexIntervalBytes < 0, o.MaxIndexBytes < 4*offsetEntrySize, o.MaxBatchBytes < BatchHeaderSize:
-		return o, fmt.Errorf("replog/log: invalid index or batch size options")
-	case o.SyncEveryMessages < 0, o.SyncInterval < 0, o.RetentionBytes < 0, o.RetentionAge < 0,
-		o.RetentionCheckInterval < 0, o.FileDeleteDelay < 0, o.SegmentJitter < 0,
-		o.ProducerIDExpiration < 0, o.ProducerExpiryCheckInterval < 0:
-		return o, fmt.Errorf("replog/log: negative option")
+	return o, o.checkRanges()
+}
+
+// checkRanges returns ErrInvalidOptions naming the first field of o (with
+// defaults applied) out of its range.
+func (o Options) checkRanges() error {
+	for _, c := range []struct {
+		field string
+		value any
+		bad   bool
+		want  string
+	}{
+		{"SegmentBytes", o.SegmentBytes, o.SegmentBytes < BatchHeaderSize || o.SegmentBytes > 1<<31-1, fmt.Sprintf("in [%d, 2^31-1]", BatchHeaderSize)},
+		{"IndexIntervalBytes", o.IndexIntervalBytes, o.IndexIntervalBytes < 0, "not negative"},
+		{"MaxIndexBytes", o.MaxIndexBytes, o.MaxIndexBytes < 4*offsetEntrySize, fmt.Sprintf("at least %d", 4*offsetEntrySize)},
+		{"MaxBatchBytes", o.MaxBatchBytes, o.MaxBatchBytes < BatchHeaderSize, fmt.Sprintf("at least %d", BatchHeaderSize)},
+		{"SyncEveryMessages", o.SyncEveryMessages, o.SyncEveryMessages < 0, "not negative"},
+		{"SyncInterval", o.SyncInterval, o.SyncInterval < 0, "not negative"},
+		{"RetentionBytes", o.RetentionBytes, o.RetentionBytes < 0, "not negative"},
+		{"RetentionAge", o.RetentionAge, o.RetentionAge < 0, "not negative"},
+		{"RetentionCheckInterval", o.RetentionCheckInterval, o.RetentionCheckInterval < 0, "not negative"},
+		{"FileDeleteDelay", o.FileDeleteDelay, o.FileDeleteDelay < 0, "not negative"},
+		{"SegmentJitter", o.SegmentJitter, o.SegmentJitter < 0, "not negative"},
+		{"ProducerIDExpiration", o.ProducerIDExpiration, o.ProducerIDExpiration < 0, "not negative"},
+		{"ProducerExpiryCheckInterval", o.ProducerExpiryCheckInterval, o.ProducerExpiryCheckInterval < 0, "not negative"},
+	} {
+		if c.bad {
+			return fmt.Errorf("%w: Options.%s is %v, must be %s", ErrInvalidOptions, c.field, c.value, c.want)
+		}
 	}
-	return o, nil
+	return nil
 }

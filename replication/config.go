@@ -20,7 +20,9 @@ const (
 	AcksAll Acks = -1
 )
 
-// Config configures a Node or Replicator. Zero fields get defaults.
+// Config configures a Node or Replicator. Zero fields get defaults; NewNode
+// and New refuse negative numbers and durations, and a FetchMaxWait not
+// shorter than ReplicaLagTime, with ErrInvalidConfig naming the field.
 type Config struct {
 	// ReplicaID is this node's id (required, >= 0).
 	ReplicaID int32
@@ -72,7 +74,7 @@ type Config struct {
 
 func (c Config) withDefaults() (Config, error) {
 	if c.ReplicaID < 0 {
-		return c, fmt.Errorf("replication: negative ReplicaID %d", c.ReplicaID)
+		return c, fmt.Errorf("%w: Config.ReplicaID is %d, must not be negative", ErrInvalidConfig, c.ReplicaID)
 	}
 	if c.MinInsyncReplicas == 0 {
 		c.MinInsyncReplicas = 1
@@ -95,11 +97,23 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.MinInsyncReplicas < 1 || c.ReplicaLagTime < 0 || c.FetchMaxBytes < 0 || c.FetchMaxWait < 0 || c.FetchBackoff < 0 {
-		return c, fmt.Errorf("replication: invalid config")
+	for _, f := range []struct {
+		field string
+		value any
+		bad   bool
+	}{
+		{"MinInsyncReplicas", c.MinInsyncReplicas, c.MinInsyncReplicas < 1},
+		{"ReplicaLagTime", c.ReplicaLagTime, c.ReplicaLagTime < 0},
+		{"FetchMaxBytes", c.FetchMaxBytes, c.FetchMaxBytes < 0},
+		{"FetchMaxWait", c.FetchMaxWait, c.FetchMaxWait < 0},
+		{"FetchBackoff", c.FetchBackoff, c.FetchBackoff < 0},
+	} {
+		if f.bad {
+			return c, fmt.Errorf("%w: Config.%s is %v, must not be negative", ErrInvalidConfig, f.field, f.value)
+		}
 	}
 	if c.FetchMaxWait >= c.ReplicaLagTime {
-		return c, fmt.Errorf("replication: invalid config: FetchMaxWait %v must be shorter than ReplicaLagTime %v", c.FetchMaxWait, c.ReplicaLagTime)
+		return c, fmt.Errorf("%w: Config.FetchMaxWait %v must be shorter than ReplicaLagTime %v", ErrInvalidConfig, c.FetchMaxWait, c.ReplicaLagTime)
 	}
 	return c, nil
 }

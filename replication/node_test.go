@@ -496,6 +496,27 @@ func TestConfigFetchMaxWaitBelowReplicaLagTime(t *testing.T) {
 	}
 }
 
+// TestConfigOutOfRangeNamesTheField: a Config out of range was refused
+// as "replication: invalid config", naming nothing.
+func TestConfigOutOfRangeNamesTheField(t *testing.T) {
+	for field, c := range map[string]Config{
+		"ReplicaID":         {ReplicaID: -1},
+		"MinInsyncReplicas": {MinInsyncReplicas: -1},
+		"ReplicaLagTime":    {ReplicaLagTime: -time.Second},
+		"FetchMaxBytes":     {FetchMaxBytes: -1},
+		"FetchMaxWait":      {FetchMaxWait: -time.Second},
+		"FetchBackoff":      {FetchBackoff: -time.Second},
+	} {
+		_, err := NewNode(c)
+		require.ErrorIs(t, err, ErrInvalidConfig, field)
+		require.ErrorContains(t, err, "Config."+field+" ")
+		_, err = New(c, idleTransport{})
+		require.ErrorIs(t, err, ErrInvalidConfig, field)
+	}
+	_, err := NewNode(Config{ReplicaLagTime: time.Second, FetchMaxWait: time.Second})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
 // A follower rejoins only from the current leader epoch's start offset
 // on, not merely from the high watermark.
 func TestNodeISRExpansionWaitsForTheEpochStart(t *testing.T) {

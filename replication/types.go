@@ -56,6 +56,9 @@ var (
 	// ErrInvalidAcks: Produce with an acks value other than AcksNone,
 	// AcksLeader or AcksAll.
 	ErrInvalidAcks = errors.New("replication: acks must be AcksNone (0), AcksLeader (1) or AcksAll (-1)")
+	// ErrInvalidConfig: New or NewNode with a Config out of range; the
+	// message names the field.
+	ErrInvalidConfig = errors.New("replication: invalid config")
 	// ErrPartitionExists: AddPartition of a partition already hosted.
 	ErrPartitionExists = errors.New("replication: partition already added")
 )
