@@ -70,12 +70,12 @@ func (l *Log) LatestEpoch() int32 {
 }
 
 // EndOffsetForEpoch answers a follower's "where does my epoch end on your
-// log" (KIP-101/KIP-279): for the largest epoch <= epoch in the cache it
-// returns that epoch and the start offset of the next higher epoch, or the
-// log end offset when it is the latest. It returns (NoLeaderEpoch, -1)
-// when epoch is unknown and above every cached epoch, or NoLeaderEpoch.
-// When epoch is below the first cached epoch, it returns epoch and the
-// first epoch's start offset.
+// log" (KIP-101/KIP-279). For NoLeaderEpoch, or an epoch above every
+// cached one, it returns (NoLeaderEpoch, -1), as Kafka does. Otherwise,
+// for the largest cached epoch <= epoch it returns that epoch and the
+// start offset of the next higher cached epoch, or the log end offset
+// when it is the latest; for an epoch below the first cached one, epoch
+// and the first epoch's start offset.
 func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64) {
 	if epoch == NoLeaderEpoch {
 		return NoLeaderEpoch, -1
