@@ -44,7 +44,11 @@ type Config struct {
 	NoAutoCreateTopics bool
 	// MaxRequestBytes caps the size of a request; a larger one closes the
 	// connection before anything is allocated for it
-	// (DefaultMaxRequestBytes when zero).
+	// (DefaultMaxRequestBytes when zero). Parsing a request may take up to
+	// about 32 times its size in memory (kmsg makes an element for every
+	// array entry that the bytes left could hold, as Kafka's parser does),
+	// so a hostile client can make each connection hold that much: set it
+	// near what producers send (1 MiB by default in Kafka's clients).
 	MaxRequestBytes int
 	// IdleTimeout closes a connection that sends no request for that long,
 	// or does not take a response within it (DefaultIdleTimeout when
