@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -285,6 +286,73 @@ func TestZstdBlockBoundIsNotAllocated(t *testing.T) {
 			require.NotErrorIs(t, err, ErrTooLarge)
 			assert.Less(t, n, uint64(2<<20), "allocated %d bytes for %d of input", n, len(src))
 		})
+	}
+}
+
+// TestZstdChecksumMismatchNearTheLimitIsCorrupt: a stream without content
+// size (so its headers' bound passes the limit) that decodes within the
+// limit and fails only its checksum was ErrTooLarge when its output ended
+// within a block of the room it had: outOfRoom took the failure for one
+// of room.
+func TestZstdChecksumMismatchNearTheLimitIsCorrupt(t *testing.T) {
+	const limit = 1<<20 - 500
+	body := recordsBody(newRand(9), 40, 200)
+	for _, size := range []int{limit, limit - 1000, limit - 100<<10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			src := make([]byte, size)
+			copy(src, body)
+			data := zstdStream(t, src) // content checksum, no content size
+			data[len(data)-1] ^= 0xff  // the checksum's last byte
+			bound, err := zstdBound(data)
+			require.NoError(t, err)
+			require.Greater(t, bound, uint64(limit))
+			l := NewLocal(Options{MaxDecompressedSize: limit})
+			_, err = l.Decompress(nil, data, Zstd)
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.NotErrorIs(t, err, ErrTooLarge)
+		})
+	}
+}
+
+// TestZstdLimitSweep: streams of random size and compressibility, in
+// three encodings (with and without content size, small window with
+// checksums), against random limits and spare capacity in dst: output
+// within the limit always decodes whole, output over it is ErrTooLarge,
+// however many times unzstd grows its room.
+func TestZstdLimitSweep(t *testing.T) {
+	rng := newRand(77)
+	sized, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	require.NoError(t, err)
+	windowed, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<15), zstd.WithSingleSegment(false), zstd.WithEncoderCRC(true))
+	require.NoError(t, err)
+	for i := range 120 {
+		size := rng.IntN(3 << 20)
+		src := make([]byte, size)
+		period := 1 + rng.IntN(5000)
+		for j := range src {
+			if j%period < 3 {
+				src[j] = byte(rng.IntN(256))
+			}
+		}
+		var data []byte
+		switch i % 3 {
+		case 0:
+			data = sized.EncodeAll(src, nil)
+		case 1:
+			data = windowed.EncodeAll(src, nil)
+		default:
+			data = zstdStream(t, src)
+		}
+		limit := max(1, size+rng.IntN(300<<10)-150<<10)
+		spare := rng.IntN(size + 1)
+		l := NewLocal(Options{MaxDecompressedSize: limit})
+		got, err := l.Decompress(make([]byte, 3, 3+spare), data, Zstd)
+		if size <= limit {
+			require.NoError(t, err, "case %d size %d limit %d spare %d", i, size, limit, spare)
+			require.True(t, bytes.Equal(src, got[3:]), "case %d", i)
+		} else {
+			require.ErrorIs(t, err, ErrTooLarge, "case %d size %d limit %d spare %d", i, size, limit, spare)
+		}
 	}
 }
 

@@ -238,8 +238,14 @@ func (l *Local) unzstd(dst, src []byte) ([]byte, error) {
 // outOfRoom reports whether DecodeAll may have failed with err for want
 // of room in w, where it decoded out: the decoder said so, or the block it
 // failed in could have reached w's capacity (a block that would pass it
-// fails with an error of its own, as a corrupt one does).
+// fails with an error of its own, as a corrupt one does). Failures found
+// only once a frame was decoded whole (its checksum, its content size) are
+// never for want of room.
 func outOfRoom(err error, out, w []byte) bool {
+	switch {
+	case errors.Is(err, zstd.ErrCRCMismatch), errors.Is(err, zstd.ErrFrameSizeMismatch), errors.Is(err, zstd.ErrFrameSizeExceeded):
+		return false
+	}
 	return errors.Is(err, zstd.ErrDecoderSizeExceeded) || len(out)+zstdMaxBlock+zstdSlack >= cap(w)
 }
 
