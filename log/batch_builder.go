@@ -16,7 +16,9 @@ type BatchOptions struct {
 	// Log.AppendAsLeader). Without it the batch has no producer
 	// (NoProducerID, NoProducerEpoch, NoSequence), and Build refuses
 	// (ErrInvalidRecord) any of the three set to other than zero or that
-	// value, so that a producer id is never dropped unnoticed.
+	// value, and the transactional and control attributes, which need a
+	// producer. Producer id 0, epoch 0, sequence 0 cannot be told from
+	// unset fields: it too needs Idempotent.
 	Idempotent bool
 	// ProducerID, ProducerEpoch and BaseSequence identify an idempotent
 	// producer's batch (see Idempotent).
@@ -121,6 +123,9 @@ func appendBytes(b, v []byte) []byte {
 func (o BatchOptions) producer() (int64, int16, int32, error) {
 	if o.Idempotent {
 		return o.ProducerID, o.ProducerEpoch, o.BaseSequence, nil
+	}
+	if o.Attributes&(attrTransactional|attrControl) != 0 {
+		return 0, 0, 0, fmt.Errorf("%w: transactional or control attributes %#x without BatchOptions.Idempotent", ErrInvalidRecord, o.Attributes)
 	}
 	if o.ProducerID != 0 && o.ProducerID != NoProducerID ||
 		o.ProducerEpoch != 0 && o.ProducerEpoch != NoProducerEpoch ||

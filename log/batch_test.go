@@ -290,6 +290,11 @@ func TestBatchBuilderZeroOptionsHaveNoProducer(t *testing.T) {
 		{ProducerID: 7, ProducerEpoch: NoProducerEpoch, BaseSequence: NoSequence},
 		{ProducerID: NoProducerID, ProducerEpoch: 1, BaseSequence: NoSequence},
 		{BaseSequence: 5},
+		// A transaction's batches need a producer: these were built
+		// with producer id -1, and a leader appended them.
+		{Attributes: attrTransactional},
+		{Attributes: attrTransactional | attrControl},
+		{Attributes: attrControl},
 	} {
 		bb := NewBatchBuilder()
 		bb.Reset(o)
