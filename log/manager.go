@@ -185,8 +185,9 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	m.sched = newScheduler(o.Workers, defaultSchedulerTick, lo.Now)
-	if err := m.openAll(names); err != nil {
+	if refused, err := m.openAll(names); err != nil {
 		m.closeLogs()
+		m.keepCleanShutdown(refused)
 		m.sched.close()
 		return nil, err
 	}
@@ -238,20 +239,41 @@ func (m *Manager) scanDir() ([]string, error) {
 }
 
 // openAll opens logs with RecoveryWorkers goroutines.
-func (m *Manager) openAll(names []string) error {
+func (m *Manager) openAll(names []string) (refused []string, err error) {
 	o := m.logOptions()
 	o.dirSynced = true // by OpenManager
 	var mu sync.Mutex
-	return inParallel(names, m.opts.RecoveryWorkers, func(name string) error {
+	err = inParallel(names, m.opts.RecoveryWorkers, func(name string) error {
 		l, err := Open(filepath.Join(m.dir, name), o)
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
+			if errors.As(err, &cleanStateRefused{}) {
+				refused = append(refused, name)
+			}
 			return fmt.Errorf("log %s: %w", name, err)
 		}
-		mu.Lock()
 		m.logs[name] = l
-		mu.Unlock()
 		return nil
 	})
+	return refused, err
+}
+
+// keepCleanShutdown writes, after openAll failed and the logs it opened
+// were closed, the checkpoint files as Close would: those logs were closed
+// cleanly, and the logs in refused keep the clean-shutdown markers they
+// had, so that the next OpenManager refuses them again instead of taking
+// them for crashed (and restarting one whose log start is past its end
+// empty). Other logs that failed to open are recovered.
+func (m *Manager) keepCleanShutdown(refused []string) {
+	m.rp.keepClean(refused)
+	err := m.rp.write()
+	if err == nil {
+		err = m.rp.writeClosed()
+	}
+	if err != nil {
+		m.opts.Log.Logger.Error("replog/log: writing the checkpoints after a failed OpenManager", "dir", m.dir, "err", err)
+	}
 }
 
 // inParallel calls fn for every item on at most workers goroutines and

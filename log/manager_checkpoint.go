@@ -136,6 +136,18 @@ func (s *rpStore) loadClean(dir string) (int64, bool) {
 	return leo, ok
 }
 
+// keepClean records the logs called names as closed cleanly where the
+// previous Manager closed them (their Opens refused and changed nothing).
+func (s *rpStore) keepClean(names []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range names {
+		if leo, ok := s.wasClean[name]; ok {
+			s.closedClean[name] = leo
+		}
+	}
+}
+
 // storeClean records that the log in dir was closed cleanly at leo with
 // high watermark hw; Manager.Close makes it durable.
 func (s *rpStore) storeClean(dir string, leo, hw int64) {

@@ -138,8 +138,8 @@ func (l *Log) setLoadedOffsets(logStart int64, clean bool) (int64, error) {
 		if clean && !l.opts.TruncateAtCorruption {
 			// A clean Close synced everything, and a live log's start
 			// never passes its end: this is damage, not lost data.
-			return 0, fmt.Errorf("replog/log: the log start offset %d in %s is past the log end %d after a clean shutdown; not deleting the log (see Options.TruncateAtCorruption): %w",
-				logStart, logStartOffsetFile, end, ErrCorrupt)
+			return 0, cleanStateRefused{fmt.Errorf("replog/log: the log start offset %d in %s is past the log end %d after a clean shutdown; not deleting the log (see Options.TruncateAtCorruption): %w",
+				logStart, logStartOffsetFile, end, ErrCorrupt)}
 		}
 		if err := l.restartEmptyAt(logStart, end); err != nil {
 			return 0, err
@@ -163,6 +163,14 @@ func (l *Log) setLoadedOffsets(logStart int64, clean bool) (int64, error) {
 	}
 	return leo, nil
 }
+
+// cleanStateRefused is an Open refused for damage that only the clean
+// shutdown reveals, before any file changed: the marker must survive the
+// refusal (a Manager's, see Manager.keepCleanShutdown), or the next Open
+// would take the log for crashed and restart it empty.
+type cleanStateRefused struct{ error }
+
+func (e cleanStateRefused) Unwrap() error { return e.error }
 
 // removeCleanShutdown removes the clean-shutdown marker, so that a crash
 // from now on is recovered, and makes the directory durable. clean tells

@@ -396,6 +396,36 @@ func TestLogStartPastEndAfterCleanShutdownIsDamage(t *testing.T) {
 	})
 }
 
+// TestManagerRefusesALogStartPastEndAgain: OpenManager removed the
+// Manager's clean-shutdown file before opening any log, so after it
+// refused a log whose log start lies past its end, the next OpenManager,
+// the obvious retry, took that log for crashed and restarted it empty,
+// deleting what the refusal meant to keep. A failed OpenManager now
+// writes the checkpoints back as Close would, the refused log keeping its
+// marker; once the checkpoint is mended, everything is there.
+func TestManagerRefusesALogStartPastEndAgain(t *testing.T) {
+	mem := vfs.NewMem()
+	m, want := mgrWriteAll(t, mem, 2, 6)
+	require.NoError(t, m.Close())
+	name := "log-0"
+	end := Batch(want[name][len(want[name])-1]).NextOffset()
+	startFile := filepath.Join(mgrCrashDir, name, logStartOffsetFile)
+	require.NoError(t, writeOffsetCheckpoint(mem, startFile, end+1000))
+	for i := range 2 {
+		_, err := OpenManager(mgrCrashDir, mgrCrashOptions(mem))
+		require.ErrorIs(t, err, ErrCorrupt, "OpenManager %d", i)
+	}
+	require.NoError(t, writeOffsetCheckpoint(mem, startFile, 0))
+	m, err := OpenManager(mgrCrashDir, mgrCrashOptions(mem))
+	require.NoError(t, err)
+	defer m.Close()
+	for n, batches := range want {
+		l, ok := m.Get(n)
+		require.True(t, ok, n)
+		require.Equal(t, batches, readAllBatches(t, l), n)
+	}
+}
+
 // writeOffsetCheckpointForTest replaces a one-offset checkpoint file with
 // one holding off, in the format the log writes.
 func writeOffsetCheckpointForTest(t *testing.T, fs vfs.FS, path string, off int64) {
