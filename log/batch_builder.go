@@ -139,8 +139,9 @@ func (o BatchOptions) producer() (int64, int16, int32, error) {
 // Build appends the finished batch to dst and returns it. The batch's
 // base offset is 0 and its leader epoch NoLeaderEpoch: the log assigns
 // both on append. The builder may be Reset and reused afterwards. On an
-// error (producer fields without BatchOptions.Idempotent, a batch over
-// 2 GiB, the Compressor's) it returns dst unchanged.
+// error (producer fields, or the transactional or control attribute,
+// without BatchOptions.Idempotent; a batch over 2 GiB; the Compressor's)
+// it returns dst unchanged.
 func (bb *BatchBuilder) Build(dst []byte) ([]byte, error) {
 	pid, epoch, seq, err := bb.opts.producer()
 	if err != nil {
