@@ -159,14 +159,6 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The clean-shutdown markers are in memory now: the file goes before
-	// any log is opened (and may be written to), so that a crash from here
-	// on makes the next OpenManager recover every log.
-	if cleanFile {
-		if err := fs.Remove(filepath.Join(dir, managerCleanShutdownFile)); err != nil {
-			return nil, err
-		}
-	}
 	names, err := m.scanDir()
 	if err != nil {
 		return nil, err
@@ -178,16 +170,27 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 			return nil, err
 		}
 	}
+	// The clean-shutdown markers are in memory now: the file goes before
+	// any log is opened (and may be written to), so that a crash from here
+	// on makes the next OpenManager recover every log. (Neither step above
+	// touches a live log.) An OpenManager that fails from here on writes
+	// the markers of the logs it left as they were back (keepCleanShutdown).
+	if cleanFile {
+		if err := fs.Remove(filepath.Join(dir, managerCleanShutdownFile)); err != nil {
+			return nil, err
+		}
+	}
 	// One directory fsync makes the marker's removal, the removal of
 	// half-deleted logs and every log directory's entry durable, so the
 	// logs' Opens need not sync the data directory each.
 	if err := fs.SyncDir(dir); err != nil {
+		m.keepCleanShutdown(names)
 		return nil, err
 	}
 	m.sched = newScheduler(o.Workers, defaultSchedulerTick, lo.Now)
-	if refused, err := m.openAll(names); err != nil {
+	if unchanged, err := m.openAll(names); err != nil {
 		m.closeLogs()
-		m.keepCleanShutdown(refused)
+		m.keepCleanShutdown(unchanged)
 		m.sched.close()
 		return nil, err
 	}
@@ -239,7 +242,7 @@ func (m *Manager) scanDir() ([]string, error) {
 }
 
 // openAll opens logs with RecoveryWorkers goroutines.
-func (m *Manager) openAll(names []string) (refused []string, err error) {
+func (m *Manager) openAll(names []string) (unchanged []string, err error) {
 	o := m.logOptions()
 	o.dirSynced = true // by OpenManager
 	var mu sync.Mutex
@@ -248,25 +251,27 @@ func (m *Manager) openAll(names []string) (refused []string, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			if errors.As(err, &cleanStateRefused{}) {
-				refused = append(refused, name)
+			if errors.As(err, &unchangedOpen{}) {
+				unchanged = append(unchanged, name)
 			}
 			return fmt.Errorf("log %s: %w", name, err)
 		}
 		m.logs[name] = l
 		return nil
 	})
-	return refused, err
+	return unchanged, err
 }
 
-// keepCleanShutdown writes, after openAll failed and the logs it opened
-// were closed, the checkpoint files as Close would: those logs were closed
-// cleanly, and the logs in refused keep the clean-shutdown markers they
-// had, so that the next OpenManager refuses them again instead of taking
-// them for crashed (and restarting one whose log start is past its end
-// empty). Other logs that failed to open are recovered.
-func (m *Manager) keepCleanShutdown(refused []string) {
-	m.rp.keepClean(refused)
+// keepCleanShutdown writes, after OpenManager failed and closed the logs
+// it opened, the checkpoint files as Close would: those logs were closed
+// cleanly, and the logs in unchanged, whose files it left as they were,
+// keep the clean-shutdown markers they had. Else the next OpenManager
+// would take them for crashed, recover them and start their high
+// watermarks over, and restart empty one it refused for a log start past
+// its end. Other logs that failed to open are recovered. (A crash before
+// this write still loses the markers.)
+func (m *Manager) keepCleanShutdown(unchanged []string) {
+	m.rp.keepClean(unchanged)
 	err := m.rp.write()
 	if err == nil {
 		err = m.rp.writeClosed()

@@ -137,7 +137,7 @@ func (s *rpStore) loadClean(dir string) (int64, bool) {
 }
 
 // keepClean records the logs called names as closed cleanly where the
-// previous Manager closed them (their Opens refused and changed nothing).
+// previous Manager closed them (no Open changed their files).
 func (s *rpStore) keepClean(names []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -19,7 +19,14 @@ const highWatermarkFile = "high-watermark"
 
 // load opens the segments in l.dir, recovering them if the last shutdown
 // was not clean, and sets the offsets. It runs before the flusher starts.
-func (l *Log) load() error {
+// An error before it changed any file is an unchangedOpen.
+func (l *Log) load() (err error) {
+	unchanged := true
+	defer func() {
+		if err != nil && unchanged {
+			err = unchangedOpen{err}
+		}
+	}()
 	bases, obsolete, err := l.listDirectory()
 	if err != nil {
 		return err
@@ -31,6 +38,7 @@ func (l *Log) load() error {
 	if len(bases) == 0 {
 		// A fresh segment is about to be created: no index file of an
 		// earlier segment at its base may be left for it.
+		unchanged = false
 		if err := l.removeObsolete(obsolete); err != nil {
 			return err
 		}
@@ -41,13 +49,18 @@ func (l *Log) load() error {
 		return err
 	}
 	clean, err := l.recoverOrTrust(cp, fresh)
+	unchanged = unchanged && clean // recovery writes
 	if err != nil {
 		return err
 	}
 	leo, err := l.setLoadedOffsets(cp.logStart, clean)
 	if err != nil {
+		// After a clean shutdown it writes only to restart the log
+		// empty, with TruncateAtCorruption.
+		unchanged = unchanged && !l.opts.TruncateAtCorruption
 		return err
 	}
+	unchanged = false // what follows may write
 	if err := l.loadEpochs(l.logStart.Load(), leo); err != nil {
 		return err
 	}
@@ -138,8 +151,8 @@ func (l *Log) setLoadedOffsets(logStart int64, clean bool) (int64, error) {
 		if clean && !l.opts.TruncateAtCorruption {
 			// A clean Close synced everything, and a live log's start
 			// never passes its end: this is damage, not lost data.
-			return 0, cleanStateRefused{fmt.Errorf("replog/log: the log start offset %d in %s is past the log end %d after a clean shutdown; not deleting the log (see Options.TruncateAtCorruption): %w",
-				logStart, logStartOffsetFile, end, ErrCorrupt)}
+			return 0, fmt.Errorf("replog/log: the log start offset %d in %s is past the log end %d after a clean shutdown; not deleting the log (see Options.TruncateAtCorruption): %w",
+				logStart, logStartOffsetFile, end, ErrCorrupt)
 		}
 		if err := l.restartEmptyAt(logStart, end); err != nil {
 			return 0, err
@@ -164,13 +177,14 @@ func (l *Log) setLoadedOffsets(logStart int64, clean bool) (int64, error) {
 	return leo, nil
 }
 
-// cleanStateRefused is an Open refused for damage that only the clean
-// shutdown reveals, before any file changed: the marker must survive the
-// refusal (a Manager's, see Manager.keepCleanShutdown), or the next Open
-// would take the log for crashed and restart it empty.
-type cleanStateRefused struct{ error }
+// unchangedOpen is an error of an Open that changed no file of the log:
+// the clean-shutdown marker it read still describes the log, and must
+// survive the failure (a Manager's, see Manager.keepCleanShutdown), or
+// the next Open would take the log for crashed (and one refused for a log
+// start past its end restart empty).
+type unchangedOpen struct{ error }
 
-func (e cleanStateRefused) Unwrap() error { return e.error }
+func (e unchangedOpen) Unwrap() error { return e.error }
 
 // removeCleanShutdown removes the clean-shutdown marker, so that a crash
 // from now on is recovered, and makes the directory durable. clean tells
