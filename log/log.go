@@ -82,7 +82,11 @@ func Open(dir string, opts Options) (*Log, error) {
 	// created the directory and failed before syncing its parent (unless
 	// a Manager synced the parent for all its logs).
 	if o.dirSynced {
-		err = o.FS.MkdirAll(dir, 0o755)
+		// A Manager's log directory exists (OpenManager listed it):
+		// failing here changed no file of the log.
+		if err = o.FS.MkdirAll(dir, 0o755); err != nil {
+			err = unchangedOpen{err}
+		}
 	} else {
 		err = mkdirDurable(o.FS, dir)
 	}

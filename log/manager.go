@@ -272,10 +272,10 @@ func (m *Manager) openAll(names []string) (unchanged []string, err error) {
 // this write still loses the markers.)
 func (m *Manager) keepCleanShutdown(unchanged []string) {
 	m.rp.keepClean(unchanged)
-	err := m.rp.write()
-	if err == nil {
-		err = m.rp.writeClosed()
-	}
+	// The markers go even if the recovery points could not: a log whose
+	// marker is trusted does not use its recovery point, and those of the
+	// logs in unchanged are the file's already.
+	err := errors.Join(m.rp.write(), m.rp.writeClosed())
 	if err != nil {
 		m.opts.Log.Logger.Error("replog/log: writing the checkpoints after a failed OpenManager", "dir", m.dir, "err", err)
 	}

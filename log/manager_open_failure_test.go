@@ -47,8 +47,8 @@ func failFirstOp(kind vfs.OpKind, p string) vfs.Injector {
 
 // TestManagerKeepsARefusedLogsMarkerAfterItsIOError: when the damaged
 // log's own Open failed with an I/O error before it reached the refusal,
-// its marker was dropped, and the retry restarted it empty. Any Open that
-// changed nothing keeps its marker now.
+// its marker was dropped, and the retry restarted it empty. An Open that
+// fails before it could have changed a file keeps its marker now.
 func TestManagerKeepsARefusedLogsMarkerAfterItsIOError(t *testing.T) {
 	mem := vfs.NewMem()
 	_, startFile := closedManagerWithLogStartPastEnd(t, mem)
@@ -240,4 +240,52 @@ func TestManagerRefusedLogWithMidLogDamageElsewhere(t *testing.T) {
 		require.Equal(t, int64(0), rps["log-1"])
 	}
 	require.Equal(t, data, readFileFS(t, mem, seg))
+}
+
+// TestManagerKeepsMarkersAfterAMkdirFailure: Open's MkdirAll of a
+// Manager's (existing) log directory runs before load, and its error was
+// not taken for one that changed nothing: the failed OpenManager dropped
+// the refused log's marker, and the retry restarted it empty; an undamaged
+// log was recovered, its high watermark started over.
+func TestManagerKeepsMarkersAfterAMkdirFailure(t *testing.T) {
+	t.Run("refused log", func(t *testing.T) {
+		mem := vfs.NewMem()
+		closedManagerWithLogStartPastEnd(t, mem)
+		efs := vfs.NewErrorFS(mem, failFirstOp(vfs.OpMkdirAll, mgrCrashDir+"/log-0"))
+		_, err := OpenManager(mgrCrashDir, mgrCrashOptions(efs))
+		require.Error(t, err)
+		_, err = OpenManager(mgrCrashDir, mgrCrashOptions(mem))
+		require.ErrorIs(t, err, ErrCorrupt, "the retry must refuse log-0 again, not restart it empty")
+	})
+	t.Run("undamaged log", func(t *testing.T) {
+		mem := vfs.NewMem()
+		m, _ := mgrWriteAll(t, mem, 2, 6)
+		for _, n := range m.Names() {
+			l, _ := m.Get(n)
+			l.SetHighWatermark(4)
+		}
+		require.NoError(t, m.Close())
+		efs := vfs.NewErrorFS(mem, failFirstOp(vfs.OpMkdirAll, mgrCrashDir+"/log-1"))
+		_, err := OpenManager(mgrCrashDir, mgrCrashOptions(efs))
+		require.Error(t, err)
+		m, err = OpenManager(mgrCrashDir, mgrCrashOptions(mem))
+		require.NoError(t, err)
+		defer m.Close()
+		l, _ := m.Get("log-1")
+		require.Equal(t, int64(4), l.HighWatermark())
+	})
+}
+
+// TestManagerWritesMarkersBackDespiteARecoveryPointFailure: the markers
+// were written back only if the recovery-point checkpoint was: one I/O
+// error there (its rename) left no clean-shutdown file, and the retry
+// restarted the refused log empty.
+func TestManagerWritesMarkersBackDespiteARecoveryPointFailure(t *testing.T) {
+	mem := vfs.NewMem()
+	closedManagerWithLogStartPastEnd(t, mem)
+	efs := vfs.NewErrorFS(mem, failFirstOp(vfs.OpRename, mgrCrashDir+"/"+managerCheckpointFile))
+	_, err := OpenManager(mgrCrashDir, mgrCrashOptions(efs))
+	require.ErrorIs(t, err, ErrCorrupt)
+	_, err = OpenManager(mgrCrashDir, mgrCrashOptions(mem))
+	require.ErrorIs(t, err, ErrCorrupt, "the retry must refuse log-0 again, not restart it empty")
 }
