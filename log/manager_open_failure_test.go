@@ -18,15 +18,22 @@ import (
 // several ways, around a log whose log start was moved past its end, which
 // Open refuses after a clean shutdown and restarts empty after a crash.
 
-// closedManagerWithLogStartPastEnd closes a Manager of 3 logs, their high
-// watermarks at 4, and moves log-0's log start past its end.
-func closedManagerWithLogStartPastEnd(t *testing.T, mem *vfs.MemFS) (map[string][][]byte, string) {
-	m, want := mgrWriteAll(t, mem, 3, 6)
+// closedManager writes 6 batches to each of n logs of a Manager, sets
+// their high watermarks at 4 and closes it.
+func closedManager(t *testing.T, mem *vfs.MemFS, n int) map[string][][]byte {
+	m, want := mgrWriteAll(t, mem, n, 6)
 	for _, n := range m.Names() {
 		l, _ := m.Get(n)
 		l.SetHighWatermark(4)
 	}
 	require.NoError(t, m.Close())
+	return want
+}
+
+// closedManagerWithLogStartPastEnd closes a Manager of 3 logs, their high
+// watermarks at 4, and moves log-0's log start past its end.
+func closedManagerWithLogStartPastEnd(t *testing.T, mem *vfs.MemFS) (map[string][][]byte, string) {
+	want := closedManager(t, mem, 3)
 	end := Batch(want["log-0"][len(want["log-0"])-1]).NextOffset()
 	startFile := filepath.Join(mgrCrashDir, "log-0", logStartOffsetFile)
 	require.NoError(t, writeOffsetCheckpoint(mem, startFile, end+1000))
@@ -185,16 +192,11 @@ func TestManagerCrashDuringAFailedOpen(t *testing.T) {
 // start its high watermark over at the log start.
 func TestManagerKeepsHighWatermarksAfterAFailedOpen(t *testing.T) {
 	mem := vfs.NewMem()
-	m, _ := mgrWriteAll(t, mem, 2, 6)
-	for _, n := range m.Names() {
-		l, _ := m.Get(n)
-		l.SetHighWatermark(4)
-	}
-	require.NoError(t, m.Close())
+	closedManager(t, mem, 2)
 	efs := vfs.NewErrorFS(mem, failFirstOp(vfs.OpOpen, filepath.Join(mgrCrashDir, "log-1")+"/"))
 	_, err := OpenManager(mgrCrashDir, mgrCrashOptions(efs))
 	require.Error(t, err)
-	m, err = OpenManager(mgrCrashDir, mgrCrashOptions(mem))
+	m, err := OpenManager(mgrCrashDir, mgrCrashOptions(mem))
 	require.NoError(t, err)
 	defer m.Close()
 	for _, n := range m.Names() {
@@ -259,16 +261,11 @@ func TestManagerKeepsMarkersAfterAMkdirFailure(t *testing.T) {
 	})
 	t.Run("undamaged log", func(t *testing.T) {
 		mem := vfs.NewMem()
-		m, _ := mgrWriteAll(t, mem, 2, 6)
-		for _, n := range m.Names() {
-			l, _ := m.Get(n)
-			l.SetHighWatermark(4)
-		}
-		require.NoError(t, m.Close())
+		closedManager(t, mem, 2)
 		efs := vfs.NewErrorFS(mem, failFirstOp(vfs.OpMkdirAll, mgrCrashDir+"/log-1"))
 		_, err := OpenManager(mgrCrashDir, mgrCrashOptions(efs))
 		require.Error(t, err)
-		m, err = OpenManager(mgrCrashDir, mgrCrashOptions(mem))
+		m, err := OpenManager(mgrCrashDir, mgrCrashOptions(mem))
 		require.NoError(t, err)
 		defer m.Close()
 		l, _ := m.Get("log-1")
