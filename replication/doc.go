@@ -211,6 +211,11 @@
 // A response's records are written from the segment files with
 // send.Builder (sendfile for large regions, one writev for the headers).
 //
+// A request's cluster id and replica id are taken on trust: whoever can
+// reach a TCPServer can fetch as any replica and move the high watermark
+// with the log end it reports (see TCPOptions.TLSConfig for requiring
+// client certificates).
+//
 // # Concurrency
 //
 // Node and Replicator are safe for concurrent use. MemNetwork is safe for

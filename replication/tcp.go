@@ -28,7 +28,13 @@ type TCPOptions struct {
 	Resolve func(node int32) (string, error)
 	// TLSConfig, when set, secures the connections: the transport dials
 	// with it (ServerName defaults to the host of the address) and the
-	// server wraps its listener with it.
+	// server wraps its listener with it. The server takes a request's
+	// replica id on its word: a peer that can connect may fetch as any
+	// replica, and the log end it reports as that replica's moves the ISR
+	// and the high watermark. Keep the port on a private network, or set
+	// ClientAuth to tls.RequireAndVerifyClientCert here so that only
+	// holders of the cluster's certificates connect (a certificate is not
+	// matched to a replica id).
 	TLSConfig *tls.Config
 	// DialTimeout bounds connecting, TLS handshake included (default
 	// DefaultDialTimeout).
