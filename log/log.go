@@ -64,6 +64,7 @@ type Log struct {
 	keepAboveHW atomic.Bool     // RetainAboveHighWatermark was called
 
 	closed    atomic.Bool
+	closing   chan struct{}         // closed when the first Close begins
 	closeDone chan struct{}         // closed when the first Close has finished
 	failed    atomic.Pointer[error] // sticky fsync failure
 }
@@ -99,6 +100,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		seg:  segConfig{fs: o.FS, dir: dir, interval: o.IndexIntervalBytes, files: o.files},
 		rng:  rand.New(rand.NewPCG(uint64(o.Now().UnixNano()), 0x5eed)),
 
+		closing:   make(chan struct{}),
 		closeDone: make(chan struct{}),
 	}
 	l.sync.init()
@@ -263,6 +265,7 @@ func (l *Log) Close() error {
 	defer close(l.closeDone)
 	// Waiters first: they return ErrClosed at once, not after the
 	// flusher stopped (it may be waiting for a FlushGroup turn).
+	close(l.closing)
 	l.waiters.wake()
 	l.sync.closeWaiters()
 	l.bg.stop()
@@ -282,6 +285,12 @@ func (l *Log) Close() error {
 	l.readMu.Unlock()
 	return err
 }
+
+// Closing returns a channel that is closed once Close has begun, for
+// code that waits on the log by its own means (as a Replicator's acks=all
+// Produce waits for the high watermark) and must stop waiting when the
+// log closes. WaitForData needs no such help: it returns ErrClosed.
+func (l *Log) Closing() <-chan struct{} { return l.closing }
 
 func (l *Log) failedErr() error {
 	if p := l.failed.Load(); p != nil {

@@ -88,7 +88,8 @@ func TestFailedTruncateFullyWakesReaders(t *testing.T) {
 // TestCloseWakesWaitersBeforeTheFlusherStops: Close woke the waiters
 // only after the flusher's step in progress ended: a step waiting for its
 // FlushGroup turn (or in a long fsync) kept every Reader and WaitForData
-// blocked, though they return ErrClosed once woken.
+// blocked, though they return ErrClosed once woken. Closing's channel is
+// closed as early.
 func TestCloseWakesWaitersBeforeTheFlusherStops(t *testing.T) {
 	g := NewFlushGroup(1)
 	release := g.acquire(false) // another log's long roll flush holds the only turn
@@ -119,11 +120,21 @@ func TestCloseWakesWaitersBeforeTheFlusherStops(t *testing.T) {
 		done <- l.WaitForData(context.Background(), l.LogEndOffset(), false)
 	}()
 	awaitWaiting(t, 1)
+	select {
+	case <-l.Closing():
+		t.Fatal("Closing's channel is closed before Close began")
+	default:
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, ErrClosed)
+		select {
+		case <-l.Closing():
+		case <-time.After(2 * time.Second):
+			t.Fatal("Closing's channel still open 2s after Close began")
+		}
 	case <-time.After(2 * time.Second):
 		release()
 		released = true

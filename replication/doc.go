@@ -162,8 +162,10 @@
 // server connection reuses its decoded request, the Replicator's answer
 // and the held fetch's timer, and interns topic names; each fetcher reuses
 // its request, response buffer and decoded response; a pooled connection
-// keeps its context registration from one fetch to the next. What an
-// acks=all Produce allocates is its own wait for the high watermark.
+// keeps its context registration from one fetch to the next. An acks=all
+// Produce allocates two channels: the one closed to wake the held
+// fetches, and the one its wait for the high watermark is woken by (it
+// waits on the partition itself, taking no lock other partitions share).
 //
 // An acks=all Produce returns after four hand-offs between goroutines in
 // a row: its append wakes the leader's held fetches of the followers;

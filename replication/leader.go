@@ -130,6 +130,7 @@ func (n *Node) maybeAdvanceHW(p *partition) {
 	hw := p.candidateHW(!n.cfg.RelaxedDurability)
 	if hw > p.log.HighWatermark() {
 		p.log.SetHighWatermark(hw)
+		p.hwAdvanced.wake()
 	}
 }
 

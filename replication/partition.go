@@ -72,6 +72,9 @@ type partition struct {
 	// release acks=all waiters.
 	leadCtx    context.Context
 	leadCancel context.CancelFunc
+	// hwAdvanced wakes acks=all waiters when this node, as leader, moves
+	// the high watermark (maybeAdvanceHW).
+	hwAdvanced waitBroadcast
 
 	// follower state
 	backoffUntil time.Time

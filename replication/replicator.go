@@ -138,8 +138,8 @@ func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp)
 // batches (they are then on every in-sync replica, fsynced unless
 // RelaxedDurability), with ErrNotLeader if leadership is lost first
 // (BecomeLeader at a newer epoch included: the batches may yet be
-// committed), ErrClosed if the Replicator is closed first, or ctx's
-// error: while the ISR is below MinInsyncReplicas it waits for ctx, so
+// committed), ErrClosed if the Replicator is closed first, log.ErrClosed
+// if the partition's log is, or ctx's error: while the ISR is below MinInsyncReplicas it waits for ctx, so
 // pass a ctx with a deadline. Retries of an idempotent producer's
 // batches return the original offsets. Acks other than AcksNone,
 // AcksLeader and AcksAll fail with ErrInvalidAcks, and a Produce after
@@ -177,25 +177,45 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 		r.node.maybeAdvanceHW(p)
 		p.mu.Unlock()
 	}
-	waitCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(leadCtx, cancel)
-	defer stop()
-	stopClose := context.AfterFunc(r.ctx, cancel) // Close releases waiters too
-	defer stopClose()
-	err = p.log.WaitForData(waitCtx, info.LastOffset, true)
-	// The high watermark only acknowledges the batch while this node
-	// still leads the epoch it was appended in: once it follows, its
-	// high watermark is the new leader's, over records that may have
-	// replaced the batch. (The leadership ends before the role changes,
-	// so a follower's high watermark is never seen with leadCtx alive.)
-	if err != nil && ctx.Err() == nil && leadCtx.Err() != nil || err == nil && leadCtx.Err() != nil {
-		return info, fmt.Errorf("%w: %s: leadership changed before the high watermark passed offset %d", ErrNotLeader, tp, info.LastOffset)
+	return info, r.awaitHighWatermark(ctx, tp, p, leadCtx, info.LastOffset)
+}
+
+// awaitHighWatermark waits until the high watermark of p, which this node
+// leads at leadCtx, passes offset. The high watermark only acknowledges
+// the batch while this node still leads the epoch it was appended in:
+// once it follows, its high watermark is the new leader's, over records
+// that may have replaced the batch. (The leadership ends before the role
+// changes, so a follower's high watermark is never seen with leadCtx
+// alive.) It selects on the channels themselves, rather than joining them
+// into one context for WaitForData: that allocates nothing, and takes no
+// lock shared by all the Replicator's partitions (r.ctx's).
+func (r *Replicator) awaitHighWatermark(ctx context.Context, tp TopicPartition, p *partition, leadCtx context.Context, offset int64) error {
+	for {
+		advanced := p.hwAdvanced.channel()
+		if p.log.HighWatermark() > offset && leadCtx.Err() == nil {
+			return nil
+		}
+		var closing bool
+		select {
+		case <-advanced:
+			continue
+		case <-ctx.Done():
+		case <-leadCtx.Done():
+		case <-r.ctx.Done():
+		case <-p.log.Closing():
+			closing = true
+		}
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case leadCtx.Err() != nil:
+			return fmt.Errorf("%w: %s: leadership changed before the high watermark passed offset %d", ErrNotLeader, tp, offset)
+		case r.ctx.Err() != nil:
+			return fmt.Errorf("%w: %s: replicator closed before the high watermark passed offset %d", ErrClosed, tp, offset)
+		case closing:
+			return log.ErrClosed
+		}
 	}
-	if err != nil && ctx.Err() == nil && r.ctx.Err() != nil {
-		return info, fmt.Errorf("%w: %s: replicator closed before the high watermark passed offset %d", ErrClosed, tp, info.LastOffset)
-	}
-	return info, err
 }
 
 // HandleFetch serves a follower's fetch (FetchHandler), holding it while
