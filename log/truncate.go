@@ -31,32 +31,11 @@ func (l *Log) TruncateTo(offset int64) error {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
 	segs := l.segments()
-	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
-	s := segs[i]
-	var hdr [BatchHeaderSize]byte
-	// Where the batch before the first one removed ends (its base
-	// offset, unless a follower's gap lies between them, and then the log
-	// claims no offset of the gap), or the segment's last batch ends.
-	pos, newLEO, ok, err := s.findAfter(offset, l.opts.MaxBatchBytes, &hdr, true)
+	i, pos, newLEO, err := l.truncationPoint(segs, offset)
 	if err != nil {
 		return err
 	}
-	if ok && pos == 0 && i > 0 {
-		// The first batch removed starts a segment: if a gap lies before
-		// it, the whole segment goes, and the log ends where the one
-		// before it does.
-		prevEnd, err := segs[i-1].dataEnd(l.opts.MaxBatchBytes)
-		if err != nil {
-			return err
-		}
-		if prevEnd < s.base {
-			i--
-			s, newLEO, ok = segs[i], prevEnd, false
-		}
-	}
-	if !ok {
-		pos = s.size.Load()
-	}
+	s := segs[i]
 	// The later segments go first, newest first: if one cannot be
 	// deleted, what is left is still the start of the log, on disk and in
 	// the list. A failure before any went leaves the log as it was; one
@@ -122,6 +101,39 @@ func (l *Log) TruncateTo(offset int64) error {
 		return l.fail(err)
 	}
 	return nil
+}
+
+// truncationPoint finds where TruncateTo(offset) cuts segs: the index of
+// the segment that becomes the active one, the position it is cut at, and
+// the new log end offset. That end is where the batch before the first
+// one removed ends (its base offset, unless a follower's gap lies between
+// them, and then the log claims no offset of the gap), or where the
+// segment's last batch ends. Callers hold mu and readMu.
+func (l *Log) truncationPoint(segs []*segment, offset int64) (i int, pos, newLEO int64, err error) {
+	i = max(sort.Search(len(segs), func(i int) bool { return segs[i].base > offset })-1, 0)
+	s := segs[i]
+	var hdr [BatchHeaderSize]byte
+	pos, newLEO, ok, err := s.findAfter(offset, l.opts.MaxBatchBytes, &hdr, true)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if ok && pos == 0 && i > 0 {
+		// The first batch removed starts a segment: if a gap lies before
+		// it, the whole segment goes, and the log ends where the one
+		// before it does.
+		prevEnd, err := segs[i-1].dataEnd(l.opts.MaxBatchBytes)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if prevEnd < s.base {
+			i--
+			s, newLEO, ok = segs[i], prevEnd, false
+		}
+	}
+	if !ok {
+		pos = s.size.Load()
+	}
+	return i, pos, newLEO, nil
 }
 
 // truncateSegment cuts s at pos (a batch boundary), fixes its indexes and
