@@ -6,36 +6,36 @@ import (
 	replog "github.com/replog/replog/log"
 )
 
-// Kafka error codes this broker returns.
+// Kafka error codes this broker uses.
 const (
-	errUnknownServer             int16 = -1
-	errNone                      int16 = 0
-	errOffsetOutOfRange          int16 = 1
-	errCorruptMessage            int16 = 2
-	errUnknownTopicOrPartition   int16 = 3
-	errNotLeader                 int16 = 6
-	errMessageTooLarge           int16 = 10
-	errOffsetMetadataTooLarge    int16 = 12
-	errInvalidTopic              int16 = 17
-	errInvalidRequiredAcks       int16 = 21
-	errIllegalGeneration         int16 = 22
-	errInconsistentGroupProtocol int16 = 23
-	errInvalidGroupID            int16 = 24
-	errUnknownMemberID           int16 = 25
-	errInvalidSessionTimeout     int16 = 26
-	errRebalanceInProgress       int16 = 27
-	errUnsupportedVersion        int16 = 35
-	errTopicAlreadyExists        int16 = 36
-	errInvalidPartitions         int16 = 37
-	errInvalidReplicationFactor  int16 = 38
-	errInvalidCommitOffsetSize   int16 = 28
-	errInvalidRequest            int16 = 42
-	errOutOfOrderSequence        int16 = 45
-	errInvalidProducerEpoch      int16 = 47
-	errStorage                   int16 = 56
-	errFencedLeaderEpoch         int16 = 74
-	errUnknownLeaderEpoch        int16 = 75
-	errInvalidRecord             int16 = 87
+	errNone                       int16 = 0
+	errOffsetOutOfRange           int16 = 1
+	errCorruptMessage             int16 = 2
+	errUnknownTopicOrPartition    int16 = 3
+	errNotLeader                  int16 = 6
+	errMessageTooLarge            int16 = 10
+	errOffsetMetadataTooLarge     int16 = 12
+	errInvalidTopic               int16 = 17
+	errInvalidRequiredAcks        int16 = 21
+	errIllegalGeneration          int16 = 22
+	errInconsistentGroupProtocol  int16 = 23
+	errInvalidGroupID             int16 = 24
+	errUnknownMemberID            int16 = 25
+	errInvalidSessionTimeout      int16 = 26
+	errRebalanceInProgress        int16 = 27
+	errUnsupportedVersion         int16 = 35
+	errTopicAlreadyExists         int16 = 36
+	errInvalidPartitions          int16 = 37
+	errInvalidReplicationFactor   int16 = 38
+	errInvalidCommitOffsetSize    int16 = 28
+	errInvalidRequest             int16 = 42
+	errOutOfOrderSequence         int16 = 45
+	errInvalidProducerEpoch       int16 = 47
+	errStorage                    int16 = 56
+	errFencedLeaderEpoch          int16 = 74
+	errUnknownLeaderEpoch         int16 = 75
+	errUnsupportedCompressionType int16 = 76
+	errInvalidRecord              int16 = 87
 )
 
 // appendErrorCode maps an error of Log.AppendAsLeader to a produce error code.

@@ -37,7 +37,12 @@ func (b *Broker) handleMetadata(req *kmsg.MetadataRequest) *kmsg.MetadataRespons
 		rt := kmsg.NewMetadataResponseTopic()
 		rt.Topic = kmsg.StringPtr(name)
 		parts := b.partitions(name)
-		if parts == nil && autoCreate {
+		if parts == nil && !validTopic(name) {
+			// Kafka checks the name first, creating or not: a client
+			// retries UNKNOWN_TOPIC_OR_PARTITION, never INVALID_TOPIC.
+			rt.ErrorCode = errInvalidTopic
+		}
+		if parts == nil && autoCreate && rt.ErrorCode == errNone {
 			if code := b.createTopic(name, b.cfg.Partitions); code != errNone && code != errTopicAlreadyExists {
 				rt.ErrorCode = code
 			}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -64,6 +65,34 @@ func TestMetadataAnswersEachNameOnce(t *testing.T) {
 	for _, rt := range resp.Topics {
 		if rt.ErrorCode != errUnknownTopicOrPartition && rt.ErrorCode != errInvalidTopic {
 			t.Errorf("topic %q: error %d", *rt.Topic, rt.ErrorCode)
+		}
+	}
+}
+
+// TestMetadataInvalidTopicName: a Metadata request for a name that cannot
+// be a topic gets INVALID_TOPIC_EXCEPTION whether or not it may create
+// topics, as from Kafka (which validates the name first). Without
+// creation the broker said UNKNOWN_TOPIC_OR_PARTITION, which clients
+// retry until they time out.
+func TestMetadataInvalidTopicName(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	rc := dial(t, b)
+	for _, allow := range []bool{false, true} {
+		for _, name := range []string{"bad/name", "..", strings.Repeat("x", 250)} {
+			req := kmsg.NewPtrMetadataRequest()
+			req.Version = 8
+			req.AllowAutoTopicCreation = allow
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(name)
+			req.Topics = append(req.Topics, rt)
+			resp := kmsg.NewPtrMetadataResponse()
+			resp.Version = 8
+			if err := resp.ReadFrom(rc.request(req)); err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Topics[0].ErrorCode; got != errInvalidTopic {
+				t.Errorf("Metadata for %.20q (auto-create %v): error %d, want %d (INVALID_TOPIC_EXCEPTION)", name, allow, got, errInvalidTopic)
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/replog/replog/compression"
 	replog "github.com/replog/replog/log"
 )
 
@@ -38,8 +39,8 @@ func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 			case req.TransactionID != nil:
 				rp.ErrorCode = errInvalidRequest // no transactions here
 				continue
-			case len(tp.Records) == 0:
-				rp.ErrorCode = errCorruptMessage
+			case recordsErrorCode(req.Version, tp.Records) != errNone:
+				rp.ErrorCode = recordsErrorCode(req.Version, tp.Records)
 				continue
 			case hasTransactionBatch(tp.Records):
 				// Transaction markers are the coordinator's to write (Kafka:
@@ -112,3 +113,31 @@ func hasTransactionBatch(records []byte) bool {
 	}
 	return false
 }
+
+// recordsErrorCode checks what Kafka's ProduceRequest.validateRecords does
+// before any append: from Produce v3 on, a partition's records are exactly
+// one batch of magic 2 (INVALID_RECORD otherwise, which a client does not
+// retry), and zstd needs Produce v7 (UNSUPPORTED_COMPRESSION_TYPE).
+// Framing that does not hold together is CORRUPT_MESSAGE, as the log
+// reports it; the CRC and the records are AppendAsLeader's to check.
+func recordsErrorCode(version int16, records []byte) int16 {
+	if len(records) == 0 {
+		return errInvalidRecord
+	}
+	if len(records) > magicOffset && int8(records[magicOffset]) != replog.MagicV2 {
+		return errInvalidRecord
+	}
+	batch, rest, err := replog.SplitBatch(records)
+	switch {
+	case err != nil:
+		return errCorruptMessage
+	case len(rest) > 0:
+		return errInvalidRecord
+	case compression.Codec(batch.CodecID()) == compression.Zstd && version < 7:
+		return errUnsupportedCompressionType
+	}
+	return errNone
+}
+
+// magicOffset is where a record batch holds its magic byte.
+const magicOffset = 16

@@ -1,8 +1,11 @@
 package broker
 
 import (
+	"bytes"
 	"testing"
+	"time"
 
+	"github.com/replog/replog/compression"
 	replog "github.com/replog/replog/log"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -39,12 +42,18 @@ func produceBatch(t *testing.T, rc *rawConn, topic string, pid int64, seq int32,
 	return produceRecords(t, rc, topic, batch)
 }
 
-// produceRecords sends records to topic/0 with acks=-1 and returns the
-// partition's answer.
+// produceRecords sends records to topic/0 with acks=-1 at Produce v8 and
+// returns the partition's answer.
 func produceRecords(t *testing.T, rc *rawConn, topic string, records []byte) kmsg.ProduceResponseTopicPartition {
 	t.Helper()
+	return produceRecordsAt(t, rc, 8, topic, records)
+}
+
+// produceRecordsAt is produceRecords at Produce version v.
+func produceRecordsAt(t *testing.T, rc *rawConn, v int16, topic string, records []byte) kmsg.ProduceResponseTopicPartition {
+	t.Helper()
 	req := kmsg.NewPtrProduceRequest()
-	req.Version = 8
+	req.Version = v
 	req.Acks = -1
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic = topic
@@ -53,11 +62,63 @@ func produceRecords(t *testing.T, rc *rawConn, topic string, records []byte) kms
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	resp := kmsg.NewPtrProduceResponse()
-	resp.Version = 8
+	resp.Version = v
 	if err := resp.ReadFrom(rc.request(req)); err != nil {
 		t.Fatal(err)
 	}
 	return resp.Topics[0].Partitions[0]
+}
+
+// TestProduceRecordsChecks: Kafka's ProduceRequest.validateRecords
+// refuses, from Produce v3 on, a partition with no record batch, a batch
+// of magic other than 2, or more than one batch, with INVALID_RECORD,
+// which a client does not retry; and zstd before Produce v7 with
+// UNSUPPORTED_COMPRESSION_TYPE. The broker answered the first two with
+// CORRUPT_MESSAGE, which clients retry until they time out, and stored
+// the other two. None of them may append anything.
+func TestProduceRecordsChecks(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("checks", 1); code != errNone {
+		t.Fatal(code)
+	}
+	rc := dial(t, b)
+	good := bigBatch(t, 20)
+	magic1 := bytes.Clone(good)
+	magic1[magicOffset] = 1
+	zc, err := replog.CompressWith(nil, compression.Zstd, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := replog.NewBatchBuilder()
+	bb.Reset(replog.BatchOptions{Compressor: zc})
+	bb.Add(time.Now().UnixMilli(), nil, []byte("zstd"))
+	zstdBatch, err := bb.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		version int16
+		records []byte
+		want    int16
+	}{
+		{"no batch", 8, []byte{}, errInvalidRecord},
+		{"magic 1", 8, magic1, errInvalidRecord},
+		{"two batches", 8, append(bytes.Clone(good), good...), errInvalidRecord},
+		{"zstd at Produce v6", 6, zstdBatch, errUnsupportedCompressionType},
+		{"short", 8, good[:20], errCorruptMessage},
+	} {
+		got := produceRecordsAt(t, rc, tc.version, "checks", tc.records).ErrorCode
+		if got != tc.want {
+			t.Errorf("%s: error %d, want %d", tc.name, got, tc.want)
+		}
+		if end := b.partition("checks", 0).log.LogEndOffset(); end != 0 {
+			t.Fatalf("%s: the log end moved to %d", tc.name, end)
+		}
+	}
+	if got := produceRecordsAt(t, rc, 7, "checks", zstdBatch).ErrorCode; got != errNone {
+		t.Errorf("zstd at Produce v7: error %d", got)
+	}
 }
 
 // TestIdempotentProducer checks that a retried batch is acknowledged with
