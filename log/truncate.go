@@ -103,6 +103,18 @@ func (l *Log) TruncateTo(offset int64) error {
 	return nil
 }
 
+// restoreLogStartCheckpoint writes the log start back to its checkpoint
+// file after TruncateFullyAndStartAt wrote a new one, or failed writing
+// it, and then failed before any segment went. It returns err, or, if
+// that write fails too, why the log failed: a reopen would take the new
+// log start for the log's.
+func (l *Log) restoreLogStartCheckpoint(err error) error {
+	if werr := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), l.logStart.Load()); werr != nil {
+		return l.fail(werr)
+	}
+	return err
+}
+
 // truncationPoint finds where TruncateTo(offset) cuts segs: the index of
 // the segment that becomes the active one, the position it is cut at, and
 // the new log end offset. That end is where the batch before the first
@@ -211,7 +223,10 @@ func (l *Log) afterTruncation(newLEO int64) error {
 
 // TruncateFullyAndStartAt deletes every segment and restarts the log
 // empty at offset, as a follower does when its leader's log starts after
-// its own end.
+// its own end. A crash during the call reopens the log as it was less a
+// prefix of its segments (as after DeleteRecordsBefore), or empty at
+// offset; for an offset below the log start, empty at that start instead
+// of a prefix (records below the start never come back).
 func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if offset < 0 {
 		return fmt.Errorf("%w: negative offset %d", ErrOffsetOutOfRange, offset)
@@ -239,20 +254,42 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if err != nil {
 		return err
 	}
-	// Oldest first: if one cannot be deleted, what is left is still the
-	// end of the log, on disk and in the list. A failure before any went
-	// leaves the log as it was; one after fails it, as does any failure
-	// from here on.
-	if gone, err := l.deleteSegments(segs); err != nil {
+	dropTmp := func() {
 		_ = f.Close()
 		if rerr := l.opts.FS.Remove(tmp); rerr != nil && !os.IsNotExist(rerr) {
 			l.opts.Logger.Warn("replog/log: removing a temporary segment file", "dir", l.dir, "err", rerr)
 		}
-		if gone > 0 && gone < len(segs) {
+	}
+	// Then the new log start, durably, before any segment goes: a crash
+	// that leaves some or all of them deleted then reopens the log at
+	// offset (past the old end, it restarts empty there; with no segment
+	// left, it starts there; below it, it has lost a prefix, as after
+	// DeleteRecordsBefore), never empty at the old log start, which would
+	// hand the old offsets out again. Not if offset is below the log
+	// start, which would bring records below it back: the checkpoint then
+	// follows the deletions, and a crash between them leaves the log
+	// empty at its old start.
+	ckptFirst := offset >= l.logStart.Load()
+	if ckptFirst {
+		if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), offset); err != nil {
+			dropTmp()
+			return l.restoreLogStartCheckpoint(err) // the new one may be in place
+		}
+	}
+	// Oldest first: if one cannot be deleted, what is left is still the
+	// end of the log, on disk and in the list. A failure before any went
+	// leaves the log as it was, its log start checkpoint written back;
+	// one after fails it, as does any failure from here on.
+	if gone, err := l.deleteSegments(segs); err != nil {
+		dropTmp()
+		if gone == 0 && ckptFirst {
+			return l.restoreLogStartCheckpoint(err)
+		}
+		if gone < len(segs) {
 			// (With all gone, the list keeps them: it is never empty.)
 			l.setSegments(segs[gone:])
 		}
-		return err
+		return err // deleteSegments failed the log
 	}
 	if err := l.renameSegmentFile(f, tmp, name); err != nil {
 		_ = f.Close()
@@ -262,8 +299,10 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	l.setJitter(s)
 	l.setSegments([]*segment{s})
 	l.dirDirty.Store(true)
-	if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), offset); err != nil {
-		return l.fail(err)
+	if !ckptFirst {
+		if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), offset); err != nil {
+			return l.fail(err)
+		}
 	}
 	if err := l.syncDirIfDirty(); err != nil {
 		return l.fail(err)

@@ -453,3 +453,72 @@ func (f *slowDirSyncFailure) Inject(op vfs.Op) vfs.Fault {
 	time.Sleep(f.delay)
 	return vfs.Fault{Err: syscall.EIO}
 }
+
+// TestTruncateFullyAndStartAtCrashAtEveryOperation: the process dies, or
+// power is lost with the directory's renames kept (as a journaling
+// filesystem may keep them), at each filesystem operation of
+// TruncateFullyAndStartAt(target), for targets below, at, inside and past
+// the log. The reopened log must be the old one (less a prefix, as
+// DeleteRecordsBefore leaves it) or the new one, empty at target; below
+// the old log start, empty at an offset between target and that start
+// (records below the start must not come back). The log start used to be
+// checkpointed after every segment was deleted: a crash between left no
+// segment, and Open restarted the log empty at the old log start, far
+// below its end, handing the old offsets out again.
+func TestTruncateFullyAndStartAtCrashAtEveryOperation(t *testing.T) {
+	for _, target := range []int64{10, 30, 40, 300, 600, 100_000} {
+		for _, model := range []struct {
+			name string
+			opts vfs.CrashOptions
+		}{
+			{"kill", vfs.CrashOptions{Kill: true}},
+			{"powerloss-keepdirops", vfs.CrashOptions{KeepDirOps: 1}},
+		} {
+			t.Run(fmt.Sprint(model.name, target), func(t *testing.T) {
+				bad := 0
+				for k := int64(0); ; k++ {
+					mem := vfs.NewMem()
+					inj := &crashAfterOps{n: k}
+					opts := testLogOptions(vfs.NewErrorFS(mem, inj))
+					l, err := Open(crashDir, opts)
+					require.NoError(t, err)
+					var batches [][]byte
+					for i := range 60 {
+						b := buildBatch(t, 3, 60, int64(i)*10)
+						_, err := l.Append(b)
+						require.NoError(t, err)
+						batches = append(batches, b)
+					}
+					require.NoError(t, l.Sync())
+					require.NoError(t, l.DeleteRecordsBefore(30))
+					oldStart, oldEnd := l.LogStartOffset(), l.LogEndOffset()
+					inj.armed.Store(true)
+					terr := l.TruncateFullyAndStartAt(target)
+					_ = l.Close()
+					if !inj.hit.Load() {
+						require.NoError(t, terr)
+						break
+					}
+					img := mem.CrashClone(model.opts)
+					l2, err := Open(crashDir, testLogOptions(img))
+					require.NoError(t, err, "crash at op %d", k)
+					start, end := l2.LogStartOffset(), l2.LogEndOffset()
+					// The old log, or part of its deletion (a prefix of the
+					// segments gone, as retention leaves it), or the new one.
+					old := end == oldEnd && start >= oldStart
+					asked := start == target && end == target ||
+						target < oldStart && start == end && start >= target && start <= oldStart
+					if !old && !asked {
+						bad++
+						t.Errorf("crash at op %d of TruncateFullyAndStartAt(%d): log [%d, %d), neither the old [%d, %d) nor the new [%d, %d)",
+							k, target, start, end, oldStart, oldEnd, target, target)
+					}
+					require.NoError(t, l2.Close())
+				}
+				if bad > 0 {
+					t.Logf("%d crash points left a log that is neither", bad)
+				}
+			})
+		}
+	}
+}
