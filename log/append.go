@@ -258,7 +258,9 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 	if err := l.maybeRoll(info); err != nil {
 		l.producers.discard()
 		if !l.rollMovedDurable {
-			l.restoreEpochs(epochsBefore)
+			if rerr := l.restoreEpochs(epochsBefore); rerr != nil {
+				err = rerr
+			}
 		}
 		l.mu.Unlock()
 		return info, err
@@ -272,8 +274,8 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 			// checkpoints say. Refuse writes until a reopen, whose
 			// recovery goes by what the files hold.
 			err = l.fail(err)
-		} else {
-			l.restoreEpochs(epochsBefore)
+		} else if rerr := l.restoreEpochs(epochsBefore); rerr != nil {
+			err = rerr
 		}
 		l.mu.Unlock()
 		return info, err

@@ -229,17 +229,24 @@ func (l *Log) assignBatchEpochs(batches []byte) (before []EpochEntry, err error)
 }
 
 // restoreEpochs puts back the entries assignBatchEpochs changed, after the
-// append failed without failing the log. The checkpoint file keeps the
-// failed append's entries until the next change rewrites it: they start
-// at or past the log end, where the next Open drops them (loadEpochs).
+// append failed without failing the log, in memory and in the checkpoint
+// file: left there, the failed append's entry would come back at the next
+// Open once later appends at an older epoch took the log end past its
+// start (as a follower's do), an epoch that wrote nothing claiming their
+// offsets. If the file cannot be rewritten, it fails the log (a reopen
+// drops the entry while it is still at the log end) and returns why.
 // Callers hold l.mu.
-func (l *Log) restoreEpochs(before []EpochEntry) {
+func (l *Log) restoreEpochs(before []EpochEntry) error {
 	if before == nil {
-		return
+		return nil
 	}
 	l.epochs.mu.Lock()
 	l.epochs.entries = before
 	l.epochs.mu.Unlock()
+	if err := l.persistEpochs(); err != nil {
+		return l.fail(err)
+	}
+	return nil
 }
 
 // BeginLeaderEpoch records that epoch starts at the log end offset, as a
