@@ -513,6 +513,9 @@ func (l *Log) makeGapDurable(base int64) error {
 // replaceEmptyActive swaps the empty active segment for one at base.
 func (l *Log) replaceEmptyActive(base int64) error {
 	old := l.active()
+	if err := l.carryProducerSnapshot(base); err != nil {
+		return err
+	}
 	s, err := createSegment(l.seg, base, l.now())
 	if err != nil {
 		return fmt.Errorf("replog/log: roll: %w", err)
@@ -550,4 +553,19 @@ func (l *Log) setJitter(s *segment) {
 	if l.opts.SegmentJitter > 0 {
 		s.jitter = time.Duration(l.rng.Int64N(int64(l.opts.SegmentJitter)))
 	}
+}
+
+// carryProducerSnapshot writes, durably, a producer snapshot at base for
+// replaceEmptyActive, before it deletes the empty segment it replaces and
+// that segment's snapshot: that snapshot may be the only record of what
+// deleted segments left (an epoch a transaction marker raised), and the
+// state at base is the same, the segment holding no batch.
+func (l *Log) carryProducerSnapshot(base int64) error {
+	if len(l.producers.entries) == 0 {
+		return nil
+	}
+	if err := l.writeSnapshot(base, encodeSnapshot(nil, l.producers)); err != nil {
+		return err
+	}
+	return l.syncDirIfDirty()
 }

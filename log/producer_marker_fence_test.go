@@ -73,3 +73,53 @@ func TestMarkerFenceSurvivesDeletionBeforeTheRollFlush(t *testing.T) {
 		require.ErrorIs(t, err, ErrProducerFenced, "after TruncateTo: epoch 0 stays fenced")
 	})
 }
+
+// TestMarkerFenceSurvivesEmptyActiveReplacement: the producer snapshot
+// at the base of an empty active segment can be the only durable record
+// of an epoch that a transaction marker in a deleted segment raised. A
+// follower append that leaps past what that empty segment can index
+// replaces it, deleting its snapshot: the state was written nowhere else,
+// and after a crash the fenced epoch 0 could write again. (Compare
+// TestMarkerFenceSurvivesDeletionBeforeTheRollFlush, the same loss
+// through retention.)
+func TestMarkerFenceSurvivesEmptyActiveReplacement(t *testing.T) {
+	mem := idemMem()
+	l := idemOpen(t, mem, Options{SegmentBytes: 256, IndexIntervalBytes: 64, CheckpointInterval: -1})
+	idemAppend(t, l, idemBatch(t, 9, 0, 0, 3, 1000)) // producer 9, epoch 0
+	idemAppend(t, l, markerBatch(t, 9, 1, 1000))     // marker: epoch 1
+	for i := int32(0); len(l.segments()) < 3; i += 3 {
+		idemAppend(t, l, idemBatch(t, 1, 0, i, 3, 1000))
+	}
+	act := l.active().base
+	require.NoError(t, l.Sync())
+	waitRecoveryPoint(t, l) // the roll flush wrote the snapshot at act
+	// Empty the active segment, then delete everything below it.
+	require.NoError(t, l.TruncateTo(act))
+	require.NoError(t, l.DeleteRecordsBefore(act))
+	_, err := l.Append(idemBatch(t, 9, 0, 3, 1, 1000))
+	require.ErrorIs(t, err, ErrProducerFenced, "live: epoch 0 fenced")
+
+	// Control: a crash here keeps the fence (the snapshot at act).
+	{
+		l2, err := Open(idemDir, Options{FS: mem.CrashClone(vfs.CrashOptions{}), ProducerIDExpiration: neverExpire})
+		require.NoError(t, err)
+		_, err = l2.Append(idemBatch(t, 9, 0, 3, 1, 1000))
+		require.ErrorIs(t, err, ErrProducerFenced, "control: after a crash before the leap, epoch 0 stays fenced")
+		require.NoError(t, l2.Close())
+	}
+
+	// A follower's batch far past the empty segment's range replaces it.
+	fb := followerBatch(t, act+1<<31+5, 1, -1)
+	_, err = l.AppendAsFollower(fb)
+	require.NoError(t, err)
+	require.NoError(t, l.Sync())
+	_, err = l.Append(idemBatch(t, 9, 0, 3, 1, 1000))
+	require.ErrorIs(t, err, ErrProducerFenced, "live, after the leap: epoch 0 fenced")
+
+	img := mem.CrashClone(vfs.CrashOptions{})
+	l3, err := Open(idemDir, Options{FS: img, ProducerIDExpiration: neverExpire})
+	require.NoError(t, err)
+	defer l3.Close()
+	_, err = l3.Append(idemBatch(t, 9, 0, 3, 1, 1000))
+	require.ErrorIs(t, err, ErrProducerFenced, "after a crash: epoch 0 stays fenced")
+}
