@@ -60,7 +60,10 @@ type Config struct {
 	FetchBackoff time.Duration
 	// OnISRChange is called when the leader wants to change a partition's
 	// ISR; the change is applied only if it returns nil. Applications
-	// persist the ISR here, as Kafka's controller does. It runs with the
+	// persist the ISR here, as Kafka's controller does, and must refuse
+	// a change whose leaderEpoch is older than the partition's newest
+	// (a deposed leader's: accepting it can acknowledge records the new
+	// leader never had; see the package documentation). It runs with the
 	// partition's lock held, which keeps a partition's ISR changes in
 	// order, so it must be short and must not call into the Node or
 	// Replicator (Stats, role changes, Produce...): that deadlocks the

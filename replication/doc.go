@@ -17,14 +17,23 @@
 //     grows: BecomeLeader(tp, epoch, replicas, isr) on the leader,
 //     BecomeFollower(tp, epoch, leader) on the others. Older epochs are
 //     refused (ErrStaleEpoch), older than the newest in the log too, and
-//     requests carrying them are fenced. The replicas must include the
+//     requests carrying them are fenced. A node knows only the epochs in
+//     its log and the roles it had since AddPartition: after
+//     RemovePartition and AddPartition, an epoch it followed but holds no
+//     batch of is forgotten, so keep the newest epoch in the application's
+//     own records too. The replicas must include the
 //     leader and number at least MinInsyncReplicas, the ISR must be a
 //     subset of them that includes it, and a follower's leader must be
 //     another node (else ErrInvalidAssignment).
 //  3. Persist ISR changes in OnISRChange (return an error to refuse one)
-//     and elect new leaders only from the last persisted ISR. The
-//     callback runs under the partition's lock: it must not call into
-//     the Node or Replicator.
+//     and elect new leaders only from the last persisted ISR. Refuse a
+//     change whose epoch is older than the partition's newest leader
+//     epoch, as Kafka's controller does: a deposed leader that has not
+//     heard of its successor yet still shrinks its ISR, and accepting
+//     that would let it count a follower of the new leader as in sync and
+//     acknowledge records the new leader never had. The callback runs
+//     under the partition's lock: it must not call into the Node or
+//     Replicator.
 //  4. Produce on the leader with acks 0, 1 or all (other values fail with
 //     ErrInvalidAcks). An acks=all produce fails at once with
 //     ErrNotEnoughReplicas when the ISR is smaller than
@@ -51,9 +60,10 @@
 // acknowledged stays in the log at its offset across leader changes
 // (made from the ISR) and crashes of all but one ISR member; after any
 // sequence of leader changes the replicas' logs converge to identical
-// batches; a leader's high watermark never decreases and never passes the
-// smallest log end offset of its ISR; an idempotent producer's retried
-// batch is stored once.
+// batches; a leader's high watermark never decreases while it leads an
+// epoch (a node that steps down takes its new leader's, which may be
+// lower, as in Kafka) and never passes the smallest log end offset of
+// its ISR; an idempotent producer's retried batch is stored once.
 //
 // # Protocol
 //

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -95,12 +96,20 @@ func startCluster(dir string) (_ *cluster, err error) {
 
 // onISRChange is where an application persists the ISR; here it is kept
 // in memory.
-func (c *cluster) onISRChange(_ replication.TopicPartition, _ int32, isr []int32) error {
+func (c *cluster) onISRChange(_ replication.TopicPartition, epoch int32, isr []int32) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if epoch < c.epoch {
+		// A deposed leader's: accepting it could count a follower of the
+		// new leader as in sync with the old one.
+		return errStaleISRChange
+	}
 	c.isrList = slices.Clone(isr)
-	c.mu.Unlock()
 	return nil
 }
+
+// errStaleISRChange refuses an ISR change from an older leader epoch.
+var errStaleISRChange = errors.New("quickstart: ISR change from an older leader epoch")
 
 func (c *cluster) isr() []int32 {
 	c.mu.Lock()
