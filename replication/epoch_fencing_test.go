@@ -68,3 +68,20 @@ func TestDeposedLeaderISRShrinkRefused(t *testing.T) {
 	require.Equal(t, all, a.isr(), "a refused change is not applied")
 	require.Equal(t, int64(1), a.log.HighWatermark(), "node 0 acknowledged P, which no replica of epoch 2 holds")
 }
+
+// TestFollowerRefusesASecondLeaderOfItsEpoch: a node following node 1 at
+// epoch 5 must refuse to follow node 2 at epoch 5, also after
+// StopPartition: were two nodes both made leader of epoch 5 (the
+// application's mistake), the follower would mix their batches under one
+// epoch, which no divergence check repairs. Following the same leader
+// again at that epoch is allowed.
+func TestFollowerRefusesASecondLeaderOfItsEpoch(t *testing.T) {
+	f := newTestReplica(t, 0, Config{})
+	require.NoError(t, f.node.BecomeFollower(ntp, 5, 1))
+	require.ErrorIs(t, f.node.BecomeFollower(ntp, 5, 2), ErrStaleEpoch)
+	require.NoError(t, f.node.BecomeFollower(ntp, 5, 1))
+	f.node.StopPartition(ntp)
+	require.ErrorIs(t, f.node.BecomeFollower(ntp, 5, 2), ErrStaleEpoch)
+	require.NoError(t, f.node.BecomeFollower(ntp, 5, 1))
+	require.NoError(t, f.node.BecomeFollower(ntp, 6, 2), "a newer epoch may have another leader")
+}

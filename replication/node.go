@@ -79,7 +79,7 @@ func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
 	}
 	l.RetainAboveHighWatermark()
 	n.parts[tp] = &partition{tp: tp, log: l, epoch: l.LatestEpoch(), leader: -1, leaderLEO: -1,
-		followed: log.NoLeaderEpoch, led: log.NoLeaderEpoch}
+		followed: log.NoLeaderEpoch, led: log.NoLeaderEpoch, followedLeader: -1}
 	return nil
 }
 
@@ -196,9 +196,9 @@ func (n *Node) checkAssignment(replicas, isr []int32) error {
 // BecomeFollower makes this node a follower of tp, whose leader is node
 // leader at epoch. Its log is reconciled with the leader's on the next
 // fetch (divergence is detected by epoch and truncated). A stale epoch
-// returns ErrStaleEpoch, and so does the epoch this node led, even after
-// StopPartition (an epoch has one leader); a leader that is this node or
-// negative, ErrInvalidAssignment.
+// returns ErrStaleEpoch, and so does the epoch this node led, or followed
+// another leader at, even after StopPartition (an epoch has one leader); a
+// leader that is this node or negative, ErrInvalidAssignment.
 func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 	// Lock order n.mu, p.mu (as BecomeLeader): the role and the fetcher
 	// change together, so that concurrent role changes leave the
@@ -218,8 +218,12 @@ func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 	if epoch < p.epoch || (epoch == p.epoch && (p.role == RoleLeader || p.led == epoch)) {
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
+	if epoch == p.followed && leader != p.followedLeader {
+		return fmt.Errorf("%w: %s epoch %d already has leader %d, not %d", ErrStaleEpoch, tp, epoch, p.followedLeader, leader)
+	}
 	p.endLeadership()
-	p.role, p.epoch, p.leader, p.followed = RoleFollower, epoch, leader, epoch
+	p.role, p.epoch, p.leader = RoleFollower, epoch, leader
+	p.followed, p.followedLeader = epoch, leader
 	p.followers, p.isr, p.replicas = nil, nil, nil
 	p.backoffUntil, p.leaderLEO = time.Time{}, -1
 	n.unfollowLocked(p)

@@ -58,10 +58,12 @@ type partition struct {
 	leader int32 // current leader id (self when leading), -1 unknown
 	// followed and led are the newest epochs this node followed another
 	// leader at and led (kept by StopPartition): it never leads the one,
-	// nor follows another node at the other, or two leaders of one epoch
+	// nor follows another node at the other, nor follows at followed a
+	// leader other than followedLeader, or two leaders of one epoch
 	// could write different batches at the same offsets, which no
 	// divergence check tells apart.
-	followed, led int32
+	followed, led  int32
+	followedLeader int32
 
 	// leader state
 	replicas   []int32
