@@ -107,3 +107,49 @@ func TestDivergingFetchIsNotHeld(t *testing.T) {
 	require.Equal(t, &EpochEndOffset{Epoch: 1, EndOffset: 1}, resp.Partitions[0].Diverging)
 	require.Less(t, elapsed, hold/2, "a divergence must be answered at once")
 }
+
+// TestHeldFetchAnsweredWhenLeadershipEnds: a follower's fetch held by an
+// idle leader is answered at once, with the partition's error, when this
+// node stops leading it. Only BecomeLeader at a newer epoch woke held
+// fetches: after BecomeFollower, StopPartition or RemovePartition the
+// fetch waited out its hold and was then answered with the answer
+// computed while this node still led, no error and no data.
+func TestHeldFetchAnsweredWhenLeadershipEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(r *Replicator)
+	}{
+		{"BecomeLeader", func(r *Replicator) { require.NoError(t, r.BecomeLeader(ntp, 2, []int32{0, 1}, []int32{0, 1})) }},
+		{"BecomeFollower", func(r *Replicator) { require.NoError(t, r.BecomeFollower(ntp, 2, 2)) }},
+		{"StopPartition", func(r *Replicator) { r.StopPartition(ntp) }},
+		{"RemovePartition", func(r *Replicator) { r.RemovePartition(ntp) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkGoroutines(t)
+			const hold = 10 * time.Second
+			r, _ := newHoldLeader(t, hold, []int32{0, 1}, nil, ntp)
+			_, err := r.Produce(context.Background(), ntp, testBatch(t, "a"), AcksLeader)
+			require.NoError(t, err)
+			req := &FetchRequest{ClusterID: "c", ReplicaID: 1, MaxBytes: 1 << 20, MaxWaitMs: int32(hold / time.Millisecond),
+				Partitions: []FetchPartition{{TopicPartition: ntp, CurrentLeaderEpoch: 1, FetchOffset: 1, LastFetchedEpoch: 1}}}
+			type answer struct {
+				resp *FetchResponse
+				err  error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				resp, err := r.HandleFetch(context.Background(), req)
+				done <- answer{resp, err}
+			}()
+			awaitGoroutineIn(t, "replication.(*Replicator).holdFetch")
+			tc.end(r)
+			select {
+			case got := <-done:
+				require.NoError(t, got.err)
+				require.NotEqual(t, CodeNone, got.resp.Partitions[0].Error, "answered as if this node still led the partition")
+			case <-time.After(hold / 2):
+				t.Fatalf("the held fetch was not answered within %v of %s", hold/2, tc.name)
+			}
+		})
+	}
+}

@@ -82,8 +82,12 @@ func (r *Replicator) begin() bool {
 	return true
 }
 
-// RemovePartition stops replicating tp and forgets it.
-func (r *Replicator) RemovePartition(tp TopicPartition) { r.node.RemovePartition(tp) }
+// RemovePartition stops replicating tp and forgets it. Fetches held for
+// it are answered at once (its error: the partition is unknown).
+func (r *Replicator) RemovePartition(tp TopicPartition) {
+	r.node.RemovePartition(tp)
+	r.newData.wake()
+}
 
 // BecomeLeader makes this node the leader of tp (see Node.BecomeLeader).
 // After Close it returns ErrClosed and changes nothing.
@@ -111,6 +115,7 @@ func (r *Replicator) BecomeFollower(tp TopicPartition, epoch, leader int32) erro
 	if err := r.node.BecomeFollower(tp, epoch, leader); err != nil {
 		return err
 	}
+	r.newData.wake() // held fetches of tp are answered: this node no longer leads it
 	if kick, ok := r.loops[leader]; ok {
 		select {
 		case kick <- struct{}{}:
@@ -125,8 +130,12 @@ func (r *Replicator) BecomeFollower(tp TopicPartition, epoch, leader int32) erro
 	return nil
 }
 
-// StopPartition drops tp's role while keeping it hosted.
-func (r *Replicator) StopPartition(tp TopicPartition) { r.node.StopPartition(tp) }
+// StopPartition drops tp's role while keeping it hosted. Fetches held for
+// it are answered at once, with its error (this node does not lead it).
+func (r *Replicator) StopPartition(tp TopicPartition) {
+	r.node.StopPartition(tp)
+	r.newData.wake()
+}
 
 // Produce appends batches to tp as its leader. With AcksNone or
 // AcksLeader it returns once appended; unless RelaxedDurability, the
