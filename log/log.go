@@ -273,11 +273,14 @@ func (l *Log) Close() error {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// readMu first: a reader holding it shared may be rebuilding a
+	// segment's missing indexes, which cleanShutdown flushes and the
+	// clean-shutdown marker then vouches for.
+	l.readMu.Lock()
 	err := l.failedErr()
 	if err == nil {
 		err = l.cleanShutdown()
 	}
-	l.readMu.Lock()
 	l.bg.deleteAllPending()
 	if cerr := l.closeFiles(); err == nil {
 		err = cerr

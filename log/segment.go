@@ -163,6 +163,11 @@ func (s *segment) loadIndexes(maxBatch int) error {
 	}
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	if s.offIdx.isLoaded() && s.timeIdx.isLoaded() {
+		// Loaded (or rebuilt) while this call waited for loadMu: a
+		// rebuild that failed to read unloads them, so they are whole.
+		return nil
+	}
 	s.loading.Store(true)
 	defer s.loading.Store(false)
 	size := s.size.Load()
