@@ -31,8 +31,12 @@
 //	err = l.Close()
 //
 // A Log is safe for concurrent use. Appends serialize on one lock; reads,
-// syncs and waits run concurrently with them and never block an append
-// for longer than a pointer swap.
+// syncs and waits run concurrently with them and, by themselves, never
+// block an append for longer than a pointer swap. Calls that delete or
+// cut segment files (retention, DeleteRecordsBefore, TruncateTo,
+// TruncateFullyAndStartAt, a follower's append past an empty segment's
+// range) wait for the reads in progress while holding the append lock:
+// during one of them, an append can wait as long as a slow read's I/O.
 //
 // # Durability contract
 //

@@ -18,7 +18,9 @@ type ReadOptions struct {
 
 // Region is a run of whole batches inside a segment file, for zero-copy
 // sending (package send writes it with sendfile). File stays readable
-// until the segment is deleted and FileDeleteDelay has passed, and its
+// until the segment is deleted and FileDeleteDelay has passed, or the Log
+// is closed (reading it then fails with the file's own error, such as
+// os.ErrClosed, not ErrClosed), and its
 // bytes stay those batches until then, unless TruncateTo cuts below
 // NextOffset inside the same segment: the segment file is then truncated
 // in place, and the log's next appends write new batches at those
@@ -99,7 +101,8 @@ func (l *Log) regionEnd(s *segment, end int64) (int64, error) {
 // returns ErrOffsetOutOfRange. The first batch may start before offset
 // (offsets are per batch). Each batch's framing, header fields and
 // offsets are checked; its CRC only with Options.VerifyReadCRC (see
-// there). Read never blocks appends.
+// there). Read never blocks appends by itself (see the package
+// documentation for the calls that wait for reads).
 func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
 	// The bounds are checked under readMu: segment deletion and
 	// truncation take it after moving them, so a read cannot find the
