@@ -3,6 +3,7 @@ package log
 import (
 	"container/list"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,10 +16,11 @@ import (
 // segment's file is opened when used and closed again, least recently
 // used first, when more than max are open and idle. Files written since
 // their last successful fsync are closed only when no other idle file is
-// left: while a descriptor is open, Linux keeps a failed writeback's error
-// for the next fsync, and once none is, the inode may leave memory with
-// the error, and a later fsync through a new descriptor would succeed.
-// Safe for concurrent use.
+// left, and are fsynced first: while a descriptor is open, Linux keeps a
+// failed writeback's error for the next fsync, and once none is, the
+// inode may leave memory with the error, and a later fsync through a new
+// descriptor would succeed. That fsync's error is kept for the file's
+// next Sync (see cachedFile.evictErr). Safe for concurrent use.
 type fileCache struct {
 	fs  vfs.FS
 	max int
@@ -28,10 +30,25 @@ type fileCache struct {
 	dirty list.List // open, unused files written since their last fsync
 	open  int
 	opens atomic.Int64
+	// evicted is signalled when an evicted file's fsync ends (see
+	// cachedFile.evictSyncs).
+	evicted sync.Cond
 }
 
 func newFileCache(fs vfs.FS, max int) *fileCache {
-	return &fileCache{fs: fs, max: max}
+	c := &fileCache{fs: fs, max: max}
+	c.evicted.L = &c.mu
+	return c
+}
+
+// eviction is a file evictLocked took off the cache, to be closed outside
+// the lock; a dirty one is fsynced first, covering its first covers
+// writes.
+type eviction struct {
+	cf     *cachedFile
+	f      vfs.File
+	dirty  bool
+	covers uint64
 }
 
 // openFiles is how many files the cache holds open.
@@ -65,16 +82,16 @@ func (c *fileCache) openFile(name string, flag int, perm os.FileMode) (*cachedFi
 	cf.f = f
 	c.open++
 	cf.pushIdleLocked()
-	toClose := c.evictLocked()
+	evicted := c.evictLocked()
 	c.mu.Unlock()
-	closeAll(toClose)
+	c.closeEvicted(evicted)
 	return cf, nil
 }
 
 // evictLocked takes idle files off the list while too many are open and
-// returns them to be closed outside the lock.
-func (c *fileCache) evictLocked() []vfs.File {
-	var out []vfs.File
+// returns them to be closed (closeEvicted) outside the lock.
+func (c *fileCache) evictLocked() []eviction {
+	var out []eviction
 	for c.open > c.max && c.idle.Len()+c.dirty.Len() > 0 {
 		from := &c.idle
 		if from.Len() == 0 {
@@ -82,11 +99,37 @@ func (c *fileCache) evictLocked() []vfs.File {
 		}
 		cf := from.Remove(from.Back()).(*cachedFile)
 		cf.elem, cf.list = nil, nil
-		out = append(out, cf.f)
+		ev := eviction{cf: cf, f: cf.f}
+		if from == &c.dirty {
+			// Idle: no write is in progress, so the fsync covers all.
+			ev.dirty, ev.covers = true, cf.writes
+			cf.evictSyncs++
+		}
+		out = append(out, ev)
 		cf.f = nil
 		c.open--
 	}
 	return out
+}
+
+// closeEvicted closes the files evictLocked took, fsyncing the dirty ones
+// first: an error is kept in the file's evictErr, for its next Sync.
+func (c *fileCache) closeEvicted(evicted []eviction) {
+	for _, ev := range evicted {
+		if ev.dirty {
+			err := ev.f.Sync()
+			c.mu.Lock()
+			if err != nil && ev.cf.evictErr == nil {
+				ev.cf.evictErr = fmt.Errorf("replog/log: fsync of idle segment file %s before closing it: %w", ev.cf.name, err)
+			} else if err == nil {
+				ev.cf.synced = max(ev.cf.synced, ev.covers)
+			}
+			ev.cf.evictSyncs--
+			c.evicted.Broadcast()
+			c.mu.Unlock()
+		}
+		_ = ev.f.Close() // data stays in the page cache (see fileCache)
+	}
 }
 
 // reopenError is the error of an operation on a cached file that could
@@ -122,12 +165,6 @@ func isReopenError(err error) bool {
 	return err != nil && errors.Is(err, errReopen) && !errors.Is(err, ErrSyncFailed)
 }
 
-func closeAll(files []vfs.File) {
-	for _, f := range files {
-		_ = f.Close() // data stays in the page cache (see fileCache)
-	}
-}
-
 // cachedFile is a segment file whose descriptor the cache may close when
 // idle; every operation reopens it if needed. It satisfies vfs.File.
 type cachedFile struct {
@@ -151,6 +188,13 @@ type cachedFile struct {
 	// Stat (openSegment's, right after the open) unless the file was used
 	// before.
 	info os.FileInfo
+	// evictSyncs counts the fsyncs in progress of this file's evicted
+	// descriptors, and evictErr is the first of them that failed: sticky,
+	// every later Sync returns it, since the failed writeback's pages
+	// may be clean in the page cache now, and an fsync through a new
+	// descriptor would succeed.
+	evictSyncs int
+	evictErr   error
 }
 
 // acquire returns the open file, opening it if it was evicted.
@@ -222,12 +266,12 @@ func (cf *cachedFile) acquireFor(write bool) (vfs.File, error) {
 		return nil, err
 	}
 	f := cf.f
-	toClose := c.evictLocked()
+	evicted := c.evictLocked()
 	c.mu.Unlock()
 	if extra != nil {
-		toClose = append(toClose, extra)
+		_ = extra.Close()
 	}
-	closeAll(toClose)
+	c.closeEvicted(evicted)
 	return f, nil
 }
 
@@ -257,6 +301,21 @@ func (cf *cachedFile) acquireSync() (f vfs.File, done func(error), err error) {
 	covers := cf.writes - cf.writing
 	cf.c.mu.Unlock()
 	f, err = cf.acquire()
+	if err != nil {
+		return nil, nil, err
+	}
+	// In use now, the file cannot be evicted again: wait for the fsyncs
+	// of descriptors evicted before, whose errors this fsync would miss.
+	cf.c.mu.Lock()
+	for cf.evictSyncs > 0 {
+		cf.c.evicted.Wait()
+	}
+	evictErr := cf.evictErr
+	cf.c.mu.Unlock()
+	if evictErr != nil {
+		cf.release()
+		return nil, nil, evictErr
+	}
 	done = func(err error) {
 		if err == nil {
 			cf.c.mu.Lock()
@@ -282,19 +341,19 @@ func (cf *cachedFile) releaseFor(write bool) {
 		cf.writing--
 	}
 	cf.refs--
-	var toClose []vfs.File
+	var evicted []eviction
 	if cf.refs == 0 && cf.f != nil {
 		if cf.closed {
-			toClose = []vfs.File{cf.f}
+			evicted = []eviction{{cf: cf, f: cf.f}}
 			cf.f = nil
 			c.open--
 		} else {
 			cf.pushIdleLocked()
-			toClose = c.evictLocked()
+			evicted = c.evictLocked()
 		}
 	}
 	c.mu.Unlock()
-	closeAll(toClose)
+	c.closeEvicted(evicted)
 }
 
 // renameFile renames the file on disk and in the handle together, under

@@ -79,7 +79,11 @@ type ManagerOptions struct {
 	// (default 1024); others are opened when used. A reopen that fails
 	// for want of descriptors (EMFILE, ENFILE) or memory fails that read,
 	// append or Sync only, not the log (but for the roll across a
-	// follower's gap: see the package documentation).
+	// follower's gap: see the package documentation). Idle files that
+	// were fsynced since their last write are closed first; one with
+	// unsynced writes is fsynced before it is closed (by whichever call
+	// needed the descriptor), so that a failed write back is not lost
+	// with the descriptor: its log's next Sync fails with that error.
 	MaxOpenFiles int
 	// CheckpointInterval is how often the recovery-point checkpoint of the
 	// data directory is written when it changed (default 1 s).
