@@ -19,7 +19,7 @@ func main() {
 	listen := flag.String("listen", broker.DefaultAddr, "TCP address to listen on")
 	data := flag.String("data", "", "data directory (default: a temporary directory, removed at exit)")
 	partitions := flag.Int("partitions", broker.DefaultPartitions, "partition count of topics created on demand")
-	verbose := flag.Bool("v", false, "log every closed connection and rejected request")
+	verbose := flag.Bool("v", false, "log rejected requests and connections closed on an error")
 	flag.Parse()
 	if err := run(*listen, *data, *partitions, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "kafkabroker:", err)

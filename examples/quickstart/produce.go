@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -90,26 +91,7 @@ func produce(ctx context.Context, c *cluster, records, producers int) (*result, 
 		res.failedOver = true // read after ctrl.Wait
 	})
 
-	progressDone := make(chan struct{})
-	stopProgress := make(chan struct{})
-	go func() { // a progress line while it runs
-		defer close(progressDone)
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopProgress:
-				fmt.Print("\r\033[K")
-				return
-			case <-t.C:
-				fmt.Printf("\rproducing: %d/%d records acknowledged", acked.Load(), total)
-			}
-		}
-	}()
-	defer func() {
-		close(stopProgress)
-		<-progressDone
-	}()
+	defer showProgress(&acked, total)()
 
 	// Wait for the producers, or for a failed failover: the producers then
 	// stop too (they see the error when they wake), but one may still be in
@@ -227,4 +209,32 @@ func (d durations) at(q float64) time.Duration {
 		return 0
 	}
 	return d[min(int(q*float64(len(d))), len(d)-1)].Round(time.Microsecond)
+}
+
+// showProgress rewrites a progress line on the terminal every 200 ms until
+// the function it returns is called, which erases it. Output that is not
+// a terminal gets no progress line (and no control characters).
+func showProgress(acked *atomic.Int64, total int64) (stop func()) {
+	if st, err := os.Stdout.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return func() {}
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Print("\r\033[K")
+				return
+			case <-t.C:
+				fmt.Printf("\rproducing: %d/%d records acknowledged", acked.Load(), total)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }
