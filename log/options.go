@@ -33,7 +33,11 @@ const (
 // SegmentBytes or MaxBatchBytes below a batch header (61 bytes) or
 // MaxIndexBytes below 32, with ErrInvalidOptions naming the field.
 type Options struct {
-	// SegmentBytes is the size at which a segment is rolled.
+	// SegmentBytes is the size at which a segment is rolled. Appends do
+	// not wait for the background fsyncs of rolled segments, which queue
+	// without bound: segments so small that appends roll them faster
+	// than the disk fsyncs them leave the recovery point behind, and
+	// Close waits for the whole queue.
 	SegmentBytes int64
 	// SegmentAge rolls a non-empty active segment at the first append
 	// this long after it was created (for the segment active at Open,
