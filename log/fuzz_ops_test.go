@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +25,14 @@ import (
 // batch read back byte for byte, whole and from offsets inside batches
 // and gaps. testdata/fuzz/FuzzLogOps holds the inputs that found two
 // TruncateTo bugs in follower gaps.
-func FuzzLogOps(f *testing.F) {
+func FuzzLogOps(f *testing.F) { fuzzOps(f, false) }
+
+// FuzzManagerLogOps is FuzzLogOps on a log of a Manager, whose checkpoints
+// (recovery points, high watermarks, the clean-shutdown marker) are the
+// Manager's, and whose segment files go through its file cache.
+func FuzzManagerLogOps(f *testing.F) { fuzzOps(f, true) }
+
+func fuzzOps(f *testing.F, manager bool) {
 	for _, seed := range [][]byte{
 		{opsLeaderAppend, 2, opsLeaderAppend, 1, opsReopen, 0, opsLeaderAppend, 0},
 		// Follower leaps, then truncations at and around the gaps.
@@ -51,9 +59,9 @@ func FuzzLogOps(f *testing.F) {
 		if len(program) > 96 {
 			return
 		}
-		r := &opsRunner{t: t, fs: vfs.NewMem(), in: program}
+		r := &opsRunner{t: t, fs: vfs.NewMem(), in: program, manager: manager}
 		r.open(r.fs)
-		defer func() { _ = r.l.Close() }()
+		defer func() { _ = r.close() }()
 		for len(r.in) > 0 {
 			r.step()
 			r.check()
@@ -89,6 +97,9 @@ type opsRunner struct {
 	n  int // batches built, for distinct contents
 	// failSyncs makes every fsync of a segment file fail with EIO.
 	failSyncs atomic.Bool
+	// manager runs the log as log "p" of a Manager, mgr.
+	manager bool
+	mgr     *Manager
 }
 
 func opsOptions(fsys vfs.FS) Options {
@@ -102,9 +113,29 @@ func (r *opsRunner) open(fsys *vfs.MemFS) {
 		}
 		return vfs.Fault{}
 	}))
-	l, err := Open(crashDir, opsOptions(efs))
+	r.fs = fsys
+	if !r.manager {
+		l, err := Open(crashDir, opsOptions(efs))
+		require.NoError(r.t, err)
+		r.l = l
+		return
+	}
+	m, err := OpenManager(crashDir, ManagerOptions{Log: opsOptions(efs), CheckpointInterval: time.Hour, Workers: 1, RecoveryWorkers: 1})
 	require.NoError(r.t, err)
-	r.fs, r.l = fsys, l
+	l, ok := m.Get("p")
+	if !ok {
+		l, err = m.Create("p")
+		require.NoError(r.t, err)
+	}
+	r.l, r.mgr = l, m
+}
+
+// close closes the log, or its Manager.
+func (r *opsRunner) close() error {
+	if r.mgr != nil {
+		return r.mgr.Close()
+	}
+	return r.l.Close()
 }
 
 func (r *opsRunner) next() byte {
@@ -146,7 +177,7 @@ func (r *opsRunner) step() {
 		r.m.start, r.m.end = off, off
 		r.m.durable, r.m.durableStart = 0, off
 	case opsReopen:
-		require.NoError(r.t, r.l.Close())
+		require.NoError(r.t, r.close())
 		r.m.durable = len(r.m.batches)
 		r.open(r.fs)
 		r.m.truncateEpochsFromEnd(r.m.end) // an epoch with no batch yet is not kept
@@ -154,7 +185,7 @@ func (r *opsRunner) step() {
 		// The page cache survives a killed process, writeback lost to a
 		// failed fsync included; recovery must make what it keeps durable.
 		image := r.fs.CrashClone(vfs.CrashOptions{Kill: true})
-		require.NoError(r.t, r.l.Close())
+		require.NoError(r.t, r.close())
 		r.open(image)
 		r.m.truncateEpochsFromEnd(r.m.end)
 		r.m.durable, r.m.durableStart = len(r.m.batches), r.m.start
@@ -188,7 +219,7 @@ func (r *opsRunner) failedSync() {
 		require.ErrorIs(r.t, err, ErrSyncFailed)
 	}
 	r.failSyncs.Store(false)
-	_ = r.l.Close() // the flusher may have failed too, or instead
+	_ = r.close() // the flusher may have failed too, or instead
 	r.open(r.fs)
 	r.m.truncateEpochsFromEnd(r.m.end)
 	r.m.durable, r.m.durableStart = len(r.m.batches), r.m.start
@@ -206,7 +237,7 @@ func (r *opsRunner) powerLoss(p byte) {
 		KeepDirOps:   float64(p >> 3 & 1),
 		DirOpsPrefix: 0.5 * float64(p>>4&1),
 	})
-	require.NoError(r.t, r.l.Close())
+	require.NoError(r.t, r.close())
 	r.open(image)
 	start, end := r.l.LogStartOffset(), r.l.LogEndOffset()
 	require.True(r.t, r.m.durableStart <= start && start <= r.m.start,
