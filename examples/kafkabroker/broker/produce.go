@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/binary"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -39,10 +40,13 @@ func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 			case req.TransactionID != nil:
 				rp.ErrorCode = errInvalidRequest // no transactions here
 				continue
-			case recordsErrorCode(req.Version, tp.Records) != errNone:
-				rp.ErrorCode = recordsErrorCode(req.Version, tp.Records)
+			}
+			batch, code := partitionBatch(req.Version, tp.Records)
+			switch {
+			case code != errNone:
+				rp.ErrorCode = code
 				continue
-			case hasTransactionBatch(tp.Records):
+			case hasTransactionBatch(batch):
 				// Transaction markers are the coordinator's to write (Kafka:
 				// "Clients are not allowed to write control records"); a
 				// forged one would fence any producer id. A transactional
@@ -50,7 +54,7 @@ func (b *Broker) handleProduce(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 				rp.ErrorCode = errInvalidRecord
 				continue
 			}
-			info, err := p.log.AppendAsLeader(tp.Records, leaderEpoch)
+			info, err := p.log.AppendAsLeader(batch, leaderEpoch)
 			if err != nil {
 				rp.ErrorCode = appendErrorCode(err)
 				b.log.Debug("produce rejected", "topic", t.Topic, "partition", tp.Partition, "err", err)
@@ -114,30 +118,66 @@ func hasTransactionBatch(records []byte) bool {
 	return false
 }
 
-// recordsErrorCode checks what Kafka's ProduceRequest.validateRecords does
-// before any append: from Produce v3 on, a partition's records are exactly
-// one batch of magic 2 (INVALID_RECORD otherwise, which a client does not
-// retry), and zstd needs Produce v7 (UNSUPPORTED_COMPRESSION_TYPE).
-// Framing that does not hold together is CORRUPT_MESSAGE, as the log
-// reports it; the CRC and the records are AppendAsLeader's to check.
-func recordsErrorCode(version int16, records []byte) int16 {
-	if len(records) == 0 {
-		return errInvalidRecord
-	}
-	if len(records) > magicOffset && int8(records[magicOffset]) != replog.MagicV2 {
-		return errInvalidRecord
-	}
-	batch, rest, err := replog.SplitBatch(records)
+// partitionBatch is Kafka's ProduceRequest.validateRecords, for Produce v3
+// and later, with the batch framing of its ByteBufferLogInputStream: it
+// returns the one batch a partition's records must hold, or the code
+// refusing them. No whole batch, a batch of magic 0 or 1, or a second
+// whole batch is INVALID_RECORD (which a client does not retry); zstd
+// before Produce v7 is UNSUPPORTED_COMPRESSION_TYPE; a length or magic no
+// batch can have, in the first batch or the next, is CORRUPT_MESSAGE.
+// Bytes after the batch that are not a whole batch are dropped, as
+// Kafka's append trims them. The CRC and the records are AppendAsLeader's
+// to check.
+func partitionBatch(version int16, records []byte) ([]byte, int16) {
+	size, code := nextBatchSize(records)
 	switch {
-	case err != nil:
-		return errCorruptMessage
-	case len(rest) > 0:
-		return errInvalidRecord
-	case compression.Codec(batch.CodecID()) == compression.Zstd && version < 7:
-		return errUnsupportedCompressionType
+	case code != errNone:
+		return nil, code
+	case size == 0:
+		return nil, errInvalidRecord
 	}
-	return errNone
+	batch := replog.Batch(records[:size])
+	if batch.Magic() != replog.MagicV2 {
+		return nil, errInvalidRecord
+	}
+	if compression.Codec(batch.CodecID()) == compression.Zstd && version < 7 {
+		return nil, errUnsupportedCompressionType
+	}
+	switch next, code := nextBatchSize(records[size:]); {
+	case code != errNone:
+		return nil, code
+	case next > 0:
+		return nil, errInvalidRecord
+	}
+	return batch, errNone
 }
 
-// magicOffset is where a record batch holds its magic byte.
-const magicOffset = 16
+// nextBatchSize is the size of the batch b starts with, 0 if b does not
+// hold all of it (or too little to tell), or CORRUPT_MESSAGE if its
+// length or magic cannot be a batch's (Kafka's nextBatchSize and
+// nextBatch: a length under a v0 message's overhead, a magic outside
+// 0..2).
+func nextBatchSize(b []byte) (int, int16) {
+	const (
+		lengthEnd   = 12 // base offset and length
+		magicOffset = 16
+		minLength   = 14 // Kafka's LegacyRecord.RECORD_OVERHEAD_V0
+	)
+	if len(b) < lengthEnd {
+		return 0, errNone
+	}
+	length := int32(binary.BigEndian.Uint32(b[8:lengthEnd]))
+	if length < minLength {
+		return 0, errCorruptMessage
+	}
+	if len(b) <= magicOffset {
+		return 0, errNone
+	}
+	if m := int8(b[magicOffset]); m < 0 || m > replog.MagicV2 {
+		return 0, errCorruptMessage
+	}
+	if size := int64(length) + lengthEnd; size <= int64(len(b)) {
+		return int(size), errNone
+	}
+	return 0, errNone
+}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -70,12 +71,15 @@ func produceRecordsAt(t *testing.T, rc *rawConn, v int16, topic string, records 
 }
 
 // TestProduceRecordsChecks: Kafka's ProduceRequest.validateRecords
-// refuses, from Produce v3 on, a partition with no record batch, a batch
-// of magic other than 2, or more than one batch, with INVALID_RECORD,
-// which a client does not retry; and zstd before Produce v7 with
-// UNSUPPORTED_COMPRESSION_TYPE. The broker answered the first two with
-// CORRUPT_MESSAGE, which clients retry until they time out, and stored
-// the other two. None of them may append anything.
+// refuses, from Produce v3 on, a partition with no whole record batch, a
+// batch of magic 0 or 1, or more than one batch, with INVALID_RECORD,
+// which a client does not retry; zstd before Produce v7 with
+// UNSUPPORTED_COMPRESSION_TYPE; and a batch length or magic no batch can
+// have with CORRUPT_MESSAGE (its batch iterator's checks). The broker
+// answered the first two with CORRUPT_MESSAGE, which clients retry until
+// they time out, and stored the other two. None of them may append
+// anything; a batch followed by bytes that are not a whole batch is
+// stored, without them, as Kafka trims them.
 func TestProduceRecordsChecks(t *testing.T) {
 	b := startBroker(t, t.TempDir())
 	if code := b.createTopic("checks", 1); code != errNone {
@@ -83,8 +87,13 @@ func TestProduceRecordsChecks(t *testing.T) {
 	}
 	rc := dial(t, b)
 	good := bigBatch(t, 20)
-	magic1 := bytes.Clone(good)
-	magic1[magicOffset] = 1
+	withMagic := func(m byte) []byte {
+		c := bytes.Clone(good)
+		c[16] = m
+		return c
+	}
+	shortLength := bytes.Clone(good)
+	binary.BigEndian.PutUint32(shortLength[8:], 13)
 	zc, err := replog.CompressWith(nil, compression.Zstd, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -103,10 +112,16 @@ func TestProduceRecordsChecks(t *testing.T) {
 		want    int16
 	}{
 		{"no batch", 8, []byte{}, errInvalidRecord},
-		{"magic 1", 8, magic1, errInvalidRecord},
+		{"5 bytes", 8, good[:5], errInvalidRecord},
+		{"20 bytes of a batch", 8, good[:20], errInvalidRecord},
+		{"all but a batch's last byte", 8, good[:len(good)-1], errInvalidRecord},
+		{"magic 1", 8, withMagic(1), errInvalidRecord},
+		{"magic 3", 8, withMagic(3), errCorruptMessage},
+		{"length 13", 8, shortLength, errCorruptMessage},
 		{"two batches", 8, append(bytes.Clone(good), good...), errInvalidRecord},
+		{"a batch, then one of magic 3", 8, append(bytes.Clone(good), withMagic(3)...), errCorruptMessage},
 		{"zstd at Produce v6", 6, zstdBatch, errUnsupportedCompressionType},
-		{"short", 8, good[:20], errCorruptMessage},
+		{"zstd then a second batch at Produce v6", 6, append(bytes.Clone(zstdBatch), good...), errUnsupportedCompressionType},
 	} {
 		got := produceRecordsAt(t, rc, tc.version, "checks", tc.records).ErrorCode
 		if got != tc.want {
@@ -118,6 +133,18 @@ func TestProduceRecordsChecks(t *testing.T) {
 	}
 	if got := produceRecordsAt(t, rc, 7, "checks", zstdBatch).ErrorCode; got != errNone {
 		t.Errorf("zstd at Produce v7: error %d", got)
+	}
+	l := b.partition("checks", 0).log
+	end := l.LogEndOffset()
+	if got := produceRecordsAt(t, rc, 8, "checks", append(bytes.Clone(good), good[:30]...)).ErrorCode; got != errNone {
+		t.Fatalf("a batch and 30 bytes of another: error %d, want 0 (Kafka stores the batch)", got)
+	}
+	stored, err := l.Read(nil, end, replog.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != len(good) {
+		t.Errorf("a batch and 30 bytes of another stored %d bytes, want the batch's %d", len(stored), len(good))
 	}
 }
 
