@@ -28,7 +28,8 @@
 //  3. Persist ISR changes in OnISRChange (return an error to refuse one)
 //     and elect new leaders only from the last persisted ISR. Refuse a
 //     change whose epoch is older than the partition's newest leader
-//     epoch, as Kafka's controller does: a deposed leader that has not
+//     epoch, recorded before the first BecomeLeader or BecomeFollower at
+//     it, as Kafka's controller does: a deposed leader that has not
 //     heard of its successor yet still shrinks its ISR, and accepting
 //     that would let it count a follower of the new leader as in sync and
 //     acknowledge records the new leader never had. The callback runs

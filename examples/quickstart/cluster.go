@@ -156,6 +156,12 @@ func (c *cluster) failover() (err error) {
 		return err
 	}
 	isr := slices.DeleteFunc(c.isr(), func(id int32) bool { return id == 0 })
+	// The new epoch and ISR first, as a controller persists them: from
+	// here on, node 0's ISR changes (at epoch 1) are refused, even if it
+	// were still running, and node 1's own come after.
+	c.mu.Lock()
+	c.epoch, c.isrList = 2, isr
+	c.mu.Unlock()
 	if err := c.reps[1].BecomeLeader(topic, 2, []int32{0, 1, 2}, isr); err != nil {
 		return err
 	}
@@ -163,7 +169,7 @@ func (c *cluster) failover() (err error) {
 		return err
 	}
 	c.mu.Lock()
-	c.leader, c.epoch, c.isrList = 1, 2, isr
+	c.leader = 1
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
