@@ -16,11 +16,12 @@ import (
 // segment's file is opened when used and closed again, least recently
 // used first, when more than max are open and idle. Files written since
 // their last successful fsync are closed only when no other idle file is
-// left, and are fsynced first: while a descriptor is open, Linux keeps a
-// failed writeback's error for the next fsync, and once none is, the
-// inode may leave memory with the error, and a later fsync through a new
-// descriptor would succeed. That fsync's error is kept for the file's
-// next Sync (see cachedFile.evictErr). Safe for concurrent use.
+// left, and are fsynced first, in the background (closeEvicted): while a
+// descriptor is open, Linux keeps a failed writeback's error for the next
+// fsync, and once none is, the inode may leave memory with the error, and
+// a later fsync through a new descriptor would succeed. That fsync's
+// error is kept for the file's next Sync (see cachedFile.evictErr). Safe
+// for concurrent use.
 type fileCache struct {
 	fs  vfs.FS
 	max int
@@ -33,6 +34,11 @@ type fileCache struct {
 	// evicted is signalled when an evicted file's fsync ends (see
 	// cachedFile.evictSyncs).
 	evicted sync.Cond
+	// closing holds the dirty evicted files closeLoop is to fsync and
+	// close; closerRunning is set while it runs, closers counts it.
+	closing       []eviction
+	closerRunning bool
+	closers       sync.WaitGroup
 }
 
 func newFileCache(fs vfs.FS, max int) *fileCache {
@@ -112,24 +118,78 @@ func (c *fileCache) evictLocked() []eviction {
 	return out
 }
 
-// closeEvicted closes the files evictLocked took, fsyncing the dirty ones
-// first: an error is kept in the file's evictErr, for its next Sync.
+// maxBackgroundCloses bounds the dirty files evicted and not yet fsynced
+// and closed in the background: past it, the call that evicts one does
+// that itself, so that descriptors stay bounded when the disk falls
+// behind.
+const maxBackgroundCloses = 16
+
+// closeEvicted closes the files evictLocked took. A dirty one is fsynced
+// first, by a goroutine of the cache (closeLoop), so that the call that
+// needed a descriptor (another log's append or read) does not wait for
+// that fsync, unless maxBackgroundCloses are queued already.
 func (c *fileCache) closeEvicted(evicted []eviction) {
 	for _, ev := range evicted {
-		if ev.dirty {
-			err := ev.f.Sync()
-			c.mu.Lock()
-			if err != nil && ev.cf.evictErr == nil {
-				ev.cf.evictErr = fmt.Errorf("replog/log: fsync of idle segment file %s before closing it: %w", ev.cf.name, err)
-			} else if err == nil {
-				ev.cf.synced = max(ev.cf.synced, ev.covers)
-			}
-			ev.cf.evictSyncs--
-			c.evicted.Broadcast()
-			c.mu.Unlock()
+		if !ev.dirty || !c.closeLater(ev) {
+			c.finishEviction(ev)
 		}
-		_ = ev.f.Close() // data stays in the page cache (see fileCache)
 	}
+}
+
+// closeLater queues a dirty eviction for closeLoop, starting it if none
+// runs, and reports whether it did (false: the queue is full).
+func (c *fileCache) closeLater(ev eviction) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.closing) >= maxBackgroundCloses {
+		return false
+	}
+	c.closing = append(c.closing, ev)
+	if !c.closerRunning {
+		c.closerRunning = true
+		c.closers.Add(1)
+		go c.closeLoop()
+	}
+	return true
+}
+
+// closeLoop finishes the queued evictions, and returns once none is left.
+func (c *fileCache) closeLoop() {
+	defer c.closers.Done()
+	for {
+		c.mu.Lock()
+		if len(c.closing) == 0 {
+			c.closerRunning = false
+			c.mu.Unlock()
+			return
+		}
+		ev := c.closing[0]
+		c.closing = c.closing[1:]
+		c.mu.Unlock()
+		c.finishEviction(ev)
+	}
+}
+
+// waitClosed waits until the evictions queued for closeLoop are done. The
+// Manager calls it once its logs are closed: no eviction comes after.
+func (c *fileCache) waitClosed() { c.closers.Wait() }
+
+// finishEviction closes an evicted file, fsyncing a dirty one first: an
+// error is kept in the file's evictErr, for its next Sync.
+func (c *fileCache) finishEviction(ev eviction) {
+	if ev.dirty {
+		err := ev.f.Sync()
+		c.mu.Lock()
+		if err != nil && ev.cf.evictErr == nil {
+			ev.cf.evictErr = fmt.Errorf("replog/log: fsync of idle segment file %s before closing it: %w", ev.cf.name, err)
+		} else if err == nil {
+			ev.cf.synced = max(ev.cf.synced, ev.covers)
+		}
+		ev.cf.evictSyncs--
+		c.evicted.Broadcast()
+		c.mu.Unlock()
+	}
+	_ = ev.f.Close() // data stays in the page cache (see fileCache)
 }
 
 // reopenError is the error of an operation on a cached file that could

@@ -83,3 +83,39 @@ func TestEvictedDirtyFileFsyncErrorReachesSync(t *testing.T) {
 	require.NoError(t, err, "b is not affected")
 	require.NoError(t, b.Sync())
 }
+
+// TestEvictionFsyncIsNotTheEvictingCallsWait: the fsync of a dirty
+// segment file the cache evicts ran in the call that needed the
+// descriptor, under its own log's locks: an append to log a, or a read of
+// it, waited for an fsync of log b's file (500 ms here). It now runs in
+// the background; a Sync of b waits for it.
+func TestEvictionFsyncIsNotTheEvictingCallsWait(t *testing.T) {
+	const slowSync = 500 * time.Millisecond
+	var slow atomic.Bool
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpSync && strings.Contains(op.Path, "/b/") && slow.Load() {
+			time.Sleep(slowSync)
+		}
+		return vfs.Fault{}
+	}))
+	opts := ManagerOptions{Log: Options{FS: fs}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
+	_, logs := managerWithLogs(t, opts, "a", "b")
+	a, b := logs[0], logs[1]
+	_, err := a.Append(buildBatch(t, 1, 10, 1))
+	require.NoError(t, err)
+	_, err = b.Append(buildBatch(t, 1, 10, 1)) // evicts a's file; b's is open and dirty
+	require.NoError(t, err)
+	slow.Store(true)
+	start := time.Now()
+	_, err = a.Append(buildBatch(t, 1, 10, 1)) // evicts b's dirty file
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), slowSync/2, "an append to a waited for log b's fsync")
+	_, err = b.Append(buildBatch(t, 1, 10, 1)) // dirty again; evicts a's
+	require.NoError(t, err)
+	start = time.Now()
+	_, err = a.Read(nil, 0, ReadOptions{}) // evicts b's dirty file
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), slowSync/2, "a read of a waited for log b's fsync")
+	require.NoError(t, b.Sync())
+	require.Equal(t, b.LogEndOffset(), b.DurableOffset())
+}

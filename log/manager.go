@@ -81,9 +81,11 @@ type ManagerOptions struct {
 	// append or Sync only, not the log (but for the roll across a
 	// follower's gap: see the package documentation). Idle files that
 	// were fsynced since their last write are closed first; one with
-	// unsynced writes is fsynced before it is closed (by whichever call
-	// needed the descriptor), so that a failed write back is not lost
-	// with the descriptor: its log's next Sync fails with that error.
+	// unsynced writes is fsynced before it is closed, so that a failed
+	// write back is not lost with the descriptor: its log's next Sync
+	// fails with that error. Up to 16 such files are fsynced and closed
+	// in the background, their descriptors open meanwhile; past that, the
+	// call that needed a descriptor does it, and waits for the fsync.
 	MaxOpenFiles int
 	// CheckpointInterval is how often the recovery-point checkpoint of the
 	// data directory is written when it changed (default 1 s).
@@ -543,7 +545,9 @@ func (m *Manager) closeLogs() error {
 	}
 	m.logs = map[string]*Log{}
 	m.mu.Unlock()
-	return inParallel(logs, m.opts.RecoveryWorkers, (*Log).Close)
+	err := inParallel(logs, m.opts.RecoveryWorkers, (*Log).Close)
+	m.files.waitClosed()
+	return err
 }
 
 // checkpointLoop writes the recovery-point checkpoint when it changed.
