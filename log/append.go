@@ -248,6 +248,11 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 		}
 		return dup, nil
 	}
+	if err := l.saveUnsavedEpochs(); err != nil {
+		l.producers.discard()
+		l.mu.Unlock()
+		return info, fmt.Errorf("replog/log: rewrite %s after a failed append: %w", leaderEpochFile, err)
+	}
 	epochsBefore, err := l.assignBatchEpochs(batches)
 	if err != nil {
 		l.producers.discard()
@@ -257,10 +262,8 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 	l.rollMovedDurable = false
 	if err := l.maybeRoll(info); err != nil {
 		l.producers.discard()
-		if !l.rollMovedDurable {
-			if rerr := l.restoreEpochs(epochsBefore); rerr != nil {
-				err = rerr
-			}
+		if !l.rollMovedDurable && l.failedErr() == nil {
+			l.restoreEpochs(epochsBefore)
 		}
 		l.mu.Unlock()
 		return info, err
@@ -274,8 +277,10 @@ func (l *Log) appendValidated(batches []byte, info AppendInfo, leader bool, stam
 			// checkpoints say. Refuse writes until a reopen, whose
 			// recovery goes by what the files hold.
 			err = l.fail(err)
-		} else if rerr := l.restoreEpochs(epochsBefore); rerr != nil {
-			err = rerr
+		} else if l.failedErr() == nil {
+			// (A failed log keeps them: its batches may be whole on
+			// disk, and a reopen's recovery judges them.)
+			l.restoreEpochs(epochsBefore)
 		}
 		l.mu.Unlock()
 		return info, err

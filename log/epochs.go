@@ -182,7 +182,11 @@ func (l *Log) persistEpochs() error {
 	for i, e := range entries {
 		rows[i] = []int64{int64(e.Epoch), e.StartOffset}
 	}
-	return writeCheckpoint(l.opts.FS, l.path(leaderEpochFile), rows)
+	if err := writeCheckpoint(l.opts.FS, l.path(leaderEpochFile), rows); err != nil {
+		return err
+	}
+	l.epochsUnsaved.Store(false)
+	return nil
 }
 
 // loadEpochs reads the checkpoint and drops entries past the log end
@@ -233,20 +237,31 @@ func (l *Log) assignBatchEpochs(batches []byte) (before []EpochEntry, err error)
 // file: left there, the failed append's entry would come back at the next
 // Open once later appends at an older epoch took the log end past its
 // start (as a follower's do), an epoch that wrote nothing claiming their
-// offsets. If the file cannot be rewritten, it fails the log (a reopen
-// drops the entry while it is still at the log end) and returns why.
+// offsets. If the file cannot be rewritten now (the disk full, no
+// descriptor left), epochsUnsaved makes the next append rewrite it first;
+// until then the entry stays at or past the log end, where Open drops it.
 // Callers hold l.mu.
-func (l *Log) restoreEpochs(before []EpochEntry) error {
+func (l *Log) restoreEpochs(before []EpochEntry) {
 	if before == nil {
-		return nil
+		return
 	}
 	l.epochs.mu.Lock()
 	l.epochs.entries = before
 	l.epochs.mu.Unlock()
 	if err := l.persistEpochs(); err != nil {
-		return l.fail(err)
+		l.epochsUnsaved.Store(true)
+		l.opts.Logger.Warn("replog/log: rewriting the leader epochs after a failed append; the next append retries", "dir", l.dir, "err", err)
 	}
-	return nil
+}
+
+// saveUnsavedEpochs rewrites the leader-epoch checkpoint file if
+// restoreEpochs could not, before an append moves the log end. Callers
+// hold l.mu.
+func (l *Log) saveUnsavedEpochs() error {
+	if !l.epochsUnsaved.Load() {
+		return nil
+	}
+	return l.persistEpochs()
 }
 
 // BeginLeaderEpoch records that epoch starts at the log end offset, as a

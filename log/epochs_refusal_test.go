@@ -1,7 +1,11 @@
 package log
 
 import (
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -151,4 +155,147 @@ func TestFailedFollowerAppendEpochStaysGone(t *testing.T) {
 	require.NoError(t, l.Close())
 	l = openLog(t, "/log", opts)
 	require.Equal(t, int32(1), l.EpochAt(3), "EpochAt(3) after reopen: offset 3 was written in epoch 1")
+}
+
+// TestNewEpochAppendUnderEMFILEKeepsTheLog: ManagerOptions.MaxOpenFiles
+// says a reopen that fails for want of descriptors (EMFILE) fails that
+// append only, not the log. An append at a new leader epoch writes the
+// epoch checkpoint, then its data write's reopen of the evicted segment
+// file fails with EMFILE; rewriting the checkpoint without the epoch
+// failed with EMFILE too, and failed the log. The rewrite is now left to
+// the next append.
+func TestNewEpochAppendUnderEMFILEKeepsTheLog(t *testing.T) {
+	var full atomic.Bool  // the descriptor table is full
+	var armed atomic.Bool // the next epoch checkpoint written fills the table
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpRename && strings.HasSuffix(op.Path, "/a/"+leaderEpochFile+tmpSuffix) && armed.CompareAndSwap(true, false) {
+			full.Store(true) // from right after it, opens fail
+			return vfs.Fault{}
+		}
+		if op.Kind == vfs.OpOpen && strings.Contains(op.Path, "/a/") && full.Load() {
+			return vfs.Fault{Err: syscall.EMFILE}
+		}
+		return vfs.Fault{}
+	}))
+	opts := ManagerOptions{Log: Options{FS: fs}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
+	m, logs := managerWithLogs(t, opts, "a", "b")
+	a, b := logs[0], logs[1]
+	_, err := a.AppendAsLeader(buildBatch(t, 2, 10, 1), 1)
+	require.NoError(t, err)
+	_, err = b.Append(buildBatch(t, 1, 10, 1)) // evicts a's segment file
+	require.NoError(t, err)
+	m.files.mu.Lock()
+	evicted := a.active().file.(*cachedFile).f == nil
+	m.files.mu.Unlock()
+	require.True(t, evicted)
+
+	armed.Store(true)
+	_, err = a.AppendAsLeader(buildBatch(t, 2, 10, 1), 2) // new epoch 2
+	t.Logf("append at epoch 2: %v", err)
+	require.Error(t, err)
+	require.ErrorIs(t, err, syscall.EMFILE)
+	full.Store(false) // descriptors are free again
+	require.False(t, a.Stats().Failed, "a transient EMFILE failed the log: %v", err)
+	_, err = a.AppendAsLeader(buildBatch(t, 2, 10, 1), 2)
+	require.NoError(t, err, "the retry once descriptors are free")
+}
+
+// TestFailedCutKeepsTheEpochOfAWrittenBatch: an append at a new leader
+// epoch (2) of two batches writes the first whole and fails (ENOSPC,
+// short write); its truncation back fails too (EIO), so the log fails,
+// with the whole first batch past the segment's size for recovery to
+// judge. The failed append's epoch was still taken out of the checkpoint
+// file: the reopened log recovered the batch written in epoch 2 without
+// epoch 2, and EpochAt answered 1. A failed log now keeps it.
+func TestFailedCutKeepsTheEpochOfAWrittenBatch(t *testing.T) {
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	var firstLen atomic.Int64
+	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if !armed.Load() || !strings.HasSuffix(op.Path, logSuffix) {
+			return vfs.Fault{}
+		}
+		switch op.Kind {
+		case vfs.OpWrite:
+			return vfs.Fault{Err: syscall.ENOSPC, Written: int(firstLen.Load())}
+		case vfs.OpTruncate:
+			return vfs.Fault{Err: syscall.EIO}
+		}
+		return vfs.Fault{}
+	}))
+	opts := testLogOptions(efs)
+	l, err := Open(crashDir, opts)
+	require.NoError(t, err)
+	_, err = l.AppendAsLeader(buildBatch(t, 2, 10, 0), 1) // 0..1, epoch 1
+	require.NoError(t, err)
+	b1, b2 := buildBatch(t, 2, 10, 0), buildBatch(t, 2, 10, 0)
+	firstLen.Store(int64(len(b1)))
+	armed.Store(true)
+	_, err = l.AppendAsLeader(concat(b1, b2), 2) // 2..3 and 4..5, epoch 2
+	armed.Store(false)
+	t.Logf("append: %v", err)
+	require.Error(t, err)
+	require.True(t, l.Stats().Failed)
+	_ = l.Close()
+
+	l2, err := Open(crashDir, testLogOptions(mem.CrashClone(vfs.CrashOptions{Kill: true})))
+	require.NoError(t, err)
+	defer l2.Close()
+	t.Logf("reopened: log end %d, epochs %v", l2.LogEndOffset(), l2.LeaderEpochs())
+	if l2.LogEndOffset() > 2 {
+		rb, err := l2.Read(nil, 2, ReadOptions{})
+		require.NoError(t, err)
+		b, _, err := SplitBatch(rb)
+		require.NoError(t, err)
+		require.Equal(t, int32(2), b.LeaderEpoch(), "the recovered batch at 2 says epoch 2")
+		require.Equal(t, int32(2), l2.EpochAt(2), "EpochAt(2): the batch there was written in epoch 2; epochs %v", l2.LeaderEpochs())
+	}
+}
+
+// TestEpochsLeftUnsavedAreSavedBeforeTheNextAppend: when the checkpoint
+// file cannot be rewritten after a failed append at a new epoch (the disk
+// full for both), the next append rewrites it before it writes, and
+// fails, changing nothing and not failing the log, while it still cannot:
+// the failed append's epoch must never lie below the log end in the file,
+// where a reopen would believe it.
+func TestEpochsLeftUnsavedAreSavedBeforeTheNextAppend(t *testing.T) {
+	mem := vfs.NewMem()
+	var failWrite, failEpochs atomic.Bool
+	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		switch {
+		case op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false):
+			failEpochs.Store(true) // the disk is full from here on
+			return vfs.Fault{Err: syscall.ENOSPC}
+		case op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, leaderEpochFile+tmpSuffix) && failEpochs.Load():
+			return vfs.Fault{Err: syscall.ENOSPC}
+		}
+		return vfs.Fault{}
+	}))
+	l, err := Open(crashDir, testLogOptions(efs))
+	require.NoError(t, err)
+	_, err = l.AppendAsFollower(followerBatch(t, 0, 2, 1))
+	require.NoError(t, err)
+
+	failWrite.Store(true)
+	_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5)) // epoch 5 saved, its data not written, nor the file rewritten
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.False(t, l.Stats().Failed)
+	require.Equal(t, []EpochEntry{{Epoch: 1, StartOffset: 0}}, l.LeaderEpochs())
+
+	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1)) // another leader's epoch-1 batches
+	require.ErrorIs(t, err, syscall.ENOSPC, "appended past an epoch entry the file may still hold")
+	require.Equal(t, int64(2), l.LogEndOffset())
+	require.False(t, l.Stats().Failed)
+
+	failEpochs.Store(false) // space again
+	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1))
+	require.NoError(t, err)
+	img := mem.CrashClone(vfs.CrashOptions{Kill: true})
+	require.NoError(t, l.Close())
+	for name, fs := range map[string]vfs.FS{"after a crash": img, "after Close": mem} {
+		l2, err := Open(crashDir, testLogOptions(fs))
+		require.NoError(t, err, name)
+		require.Equal(t, []EpochEntry{{Epoch: 1, StartOffset: 0}}, l2.LeaderEpochs(), name)
+		require.NoError(t, l2.Close())
+	}
 }

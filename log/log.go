@@ -62,6 +62,9 @@ type Log struct {
 
 	truncations truncationMarks // where truncations cut the log, so Readers notice them
 	keepAboveHW atomic.Bool     // RetainAboveHighWatermark was called
+	// epochsUnsaved is set while the leader-epoch checkpoint file may hold
+	// an entry a failed append left (see restoreEpochs).
+	epochsUnsaved atomic.Bool
 
 	closed    atomic.Bool
 	closing   chan struct{}         // closed when the first Close begins
