@@ -523,6 +523,15 @@ func (l *Log) replaceEmptyActive(base int64) error {
 	}
 	s, err := createSegment(l.seg, base, l.now())
 	if err != nil {
+		// The snapshot goes too: a later leap to a lower offset, and
+		// appends past base with no roll, would leave it the newest at
+		// or below the end, holding none of their producers.
+		if derr := l.deleteSnapshot(base); derr != nil {
+			return l.fail(derr)
+		}
+		if derr := l.syncDirIfDirty(); derr != nil {
+			return derr // failed the log
+		}
 		return fmt.Errorf("replog/log: roll: %w", err)
 	}
 	l.setJitter(s)

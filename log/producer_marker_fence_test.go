@@ -1,6 +1,9 @@
 package log
 
 import (
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -122,4 +125,94 @@ func TestMarkerFenceSurvivesEmptyActiveReplacement(t *testing.T) {
 	defer l3.Close()
 	_, err = l3.Append(idemBatch(t, 9, 0, 3, 1, 1000))
 	require.ErrorIs(t, err, ErrProducerFenced, "after a crash: epoch 0 stays fenced")
+}
+
+// carriedSnapshotScenario: a follower's leap to B past an empty active
+// segment writes the producer snapshot at B and then, with failCreate,
+// fails to create B's segment file (ENOSPC): the append fails, the log
+// does not. The follower then leaps to B' < B instead (another leader's
+// log), producer 7 writes its batches in [B', B), and a batch without
+// producer takes the log end past B with no roll in [B, end]. Producer 7
+// must survive a crash, or with truncate a TruncateTo past B, which
+// rebuild the producer state from the newest snapshot at or below the
+// end: the snapshot the failed leap left at B held none of it.
+func carriedSnapshotScenario(t *testing.T, failCreate, truncate bool) {
+	mem := idemMem()
+	act := int64(0)
+	var armed atomic.Bool
+	var target string
+	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpOpen && target != "" && strings.HasSuffix(op.Path, target) && armed.CompareAndSwap(true, false) {
+			return vfs.Fault{Err: syscall.ENOSPC}
+		}
+		return vfs.Fault{}
+	}))
+	l := idemOpen(t, efs, Options{SegmentBytes: 4096, IndexIntervalBytes: 64, CheckpointInterval: -1})
+	// Producer 9 gives the log a producer state; then an empty active
+	// segment.
+	for i := int32(0); len(l.segments()) < 3; i += 3 {
+		idemAppend(t, l, idemBatch(t, 9, 0, i, 3, 1000))
+	}
+	act = l.active().base
+	require.NoError(t, l.Sync())
+	waitRecoveryPoint(t, l)
+	require.NoError(t, l.TruncateTo(act))
+	require.Equal(t, int64(0), l.active().size.Load())
+
+	B := act + 1<<31 + 100
+	if failCreate {
+		target = segmentName(B) + logSuffix
+		armed.Store(true)
+		_, err := l.AppendAsFollower(followerBatch(t, B, 1, -1))
+		require.Error(t, err, "the leap's segment file could not be created")
+		require.False(t, l.Stats().Failed, "a failed create does not fail the log")
+		t.Logf("after the failed leap: leo %d, snapshots %v", l.LogEndOffset(), l.snapshots.list())
+	}
+
+	// The follower leaps to B' = B-50 instead, then producer 7 writes
+	// B'..B'+4, and a batch without producer takes the end past B.
+	Bp := B - 50
+	for i := int32(0); i < 5; i++ {
+		b := idemBatch(t, 7, 0, i, 1, 2000+int64(i))
+		Batch(b).setBaseOffset(Bp + int64(i))
+		_, err := l.AppendAsFollower(b)
+		require.NoError(t, err)
+	}
+	var err error
+	for _, fb := range [][2]int64{{Bp + 5, 45}, {B, 5}, {B + 5, 10}} { // B-45 .. B+14
+		_, err = l.AppendAsFollower(followerBatch(t, fb[0], int(fb[1]), -1))
+		require.NoError(t, err)
+	}
+	require.Greater(t, l.LogEndOffset(), B)
+	require.NoError(t, l.Sync())
+	live := idemState(l)
+	require.Contains(t, live, int64(7))
+	t.Logf("live: leo %d, segments %v, snapshots %v", l.LogEndOffset(), idemSegmentBases(l), l.snapshots.list())
+
+	if truncate {
+		require.NoError(t, l.TruncateTo(B+7))
+		require.Equal(t, live[7], idemState(l)[7], "producer 7 after TruncateTo(%d), live (snapshots %v)", B+7, l.snapshots.list())
+		return
+	}
+	img := mem.CrashClone(vfs.CrashOptions{})
+	l2, err := Open(idemDir, Options{FS: img, ProducerIDExpiration: neverExpire})
+	require.NoError(t, err)
+	defer l2.Close()
+	got := idemState(l2)
+	require.Equal(t, live[7], got[7], "producer 7 after a crash (snapshots on disk %v)", l2.snapshots.list())
+	// Producer 7 retries its last batch: a duplicate.
+	info, err := l2.Append(idemBatch(t, 7, 0, 4, 1, 2004))
+	require.NoError(t, err)
+	require.True(t, info.Duplicate, "the retry of producer 7's last batch was written again at %d", info.FirstOffset)
+}
+
+// TestFailedLeapLeavesNoProducerSnapshot runs carriedSnapshotScenario,
+// with and without the failed leap, across a crash and a TruncateTo.
+func TestFailedLeapLeavesNoProducerSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		failCreate, truncate bool
+	}{{"crash", true, false}, {"truncate", true, true}, {"control-crash", false, false}, {"control-truncate", false, true}} {
+		t.Run(tc.name, func(t *testing.T) { carriedSnapshotScenario(t, tc.failCreate, tc.truncate) })
+	}
 }
