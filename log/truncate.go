@@ -104,10 +104,10 @@ func (l *Log) TruncateTo(offset int64) error {
 }
 
 // restoreLogStartCheckpoint writes the log start back to its checkpoint
-// file after TruncateFullyAndStartAt wrote a new one, or failed writing
-// it, and then failed before any segment went. It returns err, or, if
-// that write fails too, why the log failed: a reopen would take the new
-// log start for the log's.
+// file after TruncateFullyAndStartAt wrote a new one and then failed
+// before any segment went. It returns err, or, if that write fails too,
+// why the log failed: a reopen would take the new log start for the
+// log's.
 func (l *Log) restoreLogStartCheckpoint(err error) error {
 	if werr := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), l.logStart.Load()); werr != nil {
 		return l.fail(werr)
@@ -272,8 +272,11 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	ckptFirst := offset >= l.logStart.Load()
 	if ckptFirst {
 		if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), offset); err != nil {
+			// As for DeleteRecordsBefore: the new one may be in place, or
+			// its rename not durable (a failed directory fsync, after
+			// which a later success proves nothing).
 			dropTmp()
-			return l.restoreLogStartCheckpoint(err) // the new one may be in place
+			return l.fail(err)
 		}
 	}
 	// Oldest first: if one cannot be deleted, what is left is still the

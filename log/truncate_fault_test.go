@@ -522,3 +522,39 @@ func TestTruncateFullyAndStartAtCrashAtEveryOperation(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointDirSyncFailureFailsTheLog: a failed directory fsync while
+// TruncateFullyAndStartAt writes its new log start, before any segment
+// went, left the log accepting writes: the old value was written back
+// and trusted after a later directory fsync, which proves nothing after
+// a failed one. It fails the log, as the same fault in DeleteRecordsBefore
+// does.
+func TestCheckpointDirSyncFailureFailsTheLog(t *testing.T) {
+	for _, call := range []string{"TruncateFullyAndStartAt", "DeleteRecordsBefore"} {
+		t.Run(call, func(t *testing.T) {
+			var armed atomic.Bool
+			efs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+				if op.Kind == vfs.OpSyncDir && armed.CompareAndSwap(true, false) {
+					return vfs.Fault{Err: syscall.EIO}
+				}
+				return vfs.Fault{}
+			}))
+			l, err := Open(crashDir, testLogOptions(efs))
+			require.NoError(t, err)
+			defer l.Close()
+			for i := range 10 {
+				_, err := l.Append(buildBatch(t, 3, 60, int64(i)))
+				require.NoError(t, err)
+			}
+			require.NoError(t, l.Sync())
+			armed.Store(true)
+			if call == "TruncateFullyAndStartAt" {
+				err = l.TruncateFullyAndStartAt(100)
+			} else {
+				err = l.DeleteRecordsBefore(6)
+			}
+			require.ErrorIs(t, err, syscall.EIO)
+			require.True(t, l.Stats().Failed, "a failed directory fsync left the log accepting writes")
+		})
+	}
+}
