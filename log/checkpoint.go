@@ -2,6 +2,7 @@ package log
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -90,13 +91,21 @@ func DecodeCheckpoint(data []byte, fields int) ([][]int64, error) {
 func writeFileAtomic(fs vfs.FS, path string, data []byte) error {
 	err := replaceFile(fs, path, data)
 	if err == nil {
-		err = fs.SyncDir(filepath.Dir(path))
+		if derr := fs.SyncDir(filepath.Dir(path)); derr != nil {
+			err = fmt.Errorf("%w: %w", errDirSync, derr)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
+
+// errDirSync marks a failed writeFileAtomic whose rename was done but
+// whose directory fsync failed: which contents the file has after a crash
+// is unknown, and a later directory fsync proves nothing (see
+// syncDirIfDirty). An earlier failure left the file as it was.
+var errDirSync = errors.New("directory fsync failed")
 
 // replaceFile writes data to a temporary file, fsyncs it and renames it
 // over path; the caller fsyncs the directory.

@@ -1,6 +1,7 @@
 package log
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -238,8 +239,9 @@ func (l *Log) assignBatchEpochs(batches []byte) (before []EpochEntry, err error)
 // Open once later appends at an older epoch took the log end past its
 // start (as a follower's do), an epoch that wrote nothing claiming their
 // offsets. If the file cannot be rewritten now (the disk full, no
-// descriptor left), epochsUnsaved makes the next append rewrite it first;
-// until then the entry stays at or past the log end, where Open drops it.
+// descriptor left), epochsUnsaved makes the next append, or full
+// truncation, rewrite it first; until then the entry stays at or past the
+// log end, where Open drops it. A failed directory fsync fails the log.
 // Callers hold l.mu.
 func (l *Log) restoreEpochs(before []EpochEntry) {
 	if before == nil {
@@ -248,20 +250,34 @@ func (l *Log) restoreEpochs(before []EpochEntry) {
 	l.epochs.mu.Lock()
 	l.epochs.entries = before
 	l.epochs.mu.Unlock()
-	if err := l.persistEpochs(); err != nil {
-		l.epochsUnsaved.Store(true)
+	if err := l.saveEpochsOrMarkUnsaved(); err != nil {
 		l.opts.Logger.Warn("replog/log: rewriting the leader epochs after a failed append; the next append retries", "dir", l.dir, "err", err)
 	}
 }
 
 // saveUnsavedEpochs rewrites the leader-epoch checkpoint file if
-// restoreEpochs could not, before an append moves the log end. Callers
-// hold l.mu.
+// restoreEpochs could not, before a call moves the log end past where
+// the failed append's entry may lie in it. Callers hold l.mu.
 func (l *Log) saveUnsavedEpochs() error {
 	if !l.epochsUnsaved.Load() {
 		return nil
 	}
-	return l.persistEpochs()
+	return l.saveEpochsOrMarkUnsaved()
+}
+
+// saveEpochsOrMarkUnsaved writes the leader-epoch checkpoint file; if
+// that fails it sets epochsUnsaved, and fails the log if the failure was
+// the directory fsync's. Callers hold l.mu.
+func (l *Log) saveEpochsOrMarkUnsaved() error {
+	err := l.persistEpochs()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errDirSync):
+		return l.fail(err)
+	}
+	l.epochsUnsaved.Store(true)
+	return err
 }
 
 // BeginLeaderEpoch records that epoch starts at the log end offset, as a

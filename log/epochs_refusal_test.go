@@ -299,3 +299,108 @@ func TestEpochsLeftUnsavedAreSavedBeforeTheNextAppend(t *testing.T) {
 		require.NoError(t, l2.Close())
 	}
 }
+
+// openWithUnsavedEpoch opens a log on an ErrorFS over mem, writes epoch 1
+// at 0..1, then a follower append at epoch 5 whose data write fails
+// (ENOSPC) and whose rewrite of the epoch file fails too: the file keeps
+// [1@0 5@2] while memory holds [1@0] (epochsUnsaved). crash is consulted
+// for every operation once the scenario is set up.
+func openWithUnsavedEpoch(t *testing.T, mem *vfs.MemFS, unsaved bool, crash *crashAfterOps) *Log {
+	var failWrite, failEpochs atomic.Bool
+	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		switch {
+		case op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false):
+			failEpochs.Store(true)
+			return vfs.Fault{Err: syscall.ENOSPC}
+		case op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, leaderEpochFile+tmpSuffix) && failEpochs.Load():
+			return vfs.Fault{Err: syscall.ENOSPC}
+		}
+		if crash != nil {
+			return crash.Inject(op)
+		}
+		return vfs.Fault{}
+	}))
+	l, err := Open(crashDir, testLogOptions(efs))
+	require.NoError(t, err)
+	_, err = l.AppendAsFollower(followerBatch(t, 0, 2, 1))
+	require.NoError(t, err)
+	require.NoError(t, l.Sync())
+	if unsaved {
+		failWrite.Store(true)
+		_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5))
+		require.ErrorIs(t, err, syscall.ENOSPC)
+		require.False(t, l.Stats().Failed)
+		require.True(t, l.epochsUnsaved.Load())
+		failEpochs.Store(false) // space again
+	}
+	require.Equal(t, []EpochEntry{{Epoch: 1, StartOffset: 0}}, l.LeaderEpochs())
+	return l
+}
+
+// TestTruncateFullyAfterAnUnsavedEpochCrash: with the epoch file still
+// holding a failed append's entry 5@2 (epochsUnsaved),
+// TruncateFullyAndStartAt(100) moved the log end past 2 on disk before it
+// rewrote the file: a crash in between reopened the log empty at 100 with
+// epoch 5 moved there, an epoch that never wrote to this log as its
+// latest. It now rewrites the file first. The control (no failed append)
+// never had epoch 5.
+func TestTruncateFullyAfterAnUnsavedEpochCrash(t *testing.T) {
+	for _, unsaved := range []bool{false, true} {
+		bad := 0
+		for k := int64(0); ; k++ {
+			mem := vfs.NewMem()
+			crash := &crashAfterOps{n: k}
+			l := openWithUnsavedEpoch(t, mem, unsaved, crash)
+			crash.armed.Store(true)
+			terr := l.TruncateFullyAndStartAt(100)
+			_ = l.Close()
+			if !crash.hit.Load() {
+				require.NoError(t, terr)
+				break
+			}
+			img := mem.CrashClone(vfs.CrashOptions{Kill: true})
+			l2, err := Open(crashDir, testLogOptions(img))
+			require.NoError(t, err, "crash at op %d", k)
+			eps := l2.LeaderEpochs()
+			for _, e := range eps {
+				if e.Epoch == 5 {
+					bad++
+					t.Errorf("unsaved=%v crash at op %d of TruncateFullyAndStartAt(100): reopened [%d, %d) with epochs %v, LatestEpoch %d: epoch 5 wrote nothing",
+						unsaved, k, l2.LogStartOffset(), l2.LogEndOffset(), eps, l2.LatestEpoch())
+				}
+			}
+			require.NoError(t, l2.Close())
+		}
+		t.Logf("unsaved=%v: %d crash points load epoch 5", unsaved, bad)
+	}
+}
+
+// TestUnsavedEpochsDirSyncFailureFailsTheLog: the rewrite of the epoch
+// file after a failed append failed at its directory fsync (EIO), and
+// only marked the epochs unsaved: the next append's rewrite was trusted,
+// though a later directory fsync proves nothing after a failed one. It
+// fails the log, as a failed epoch-file write elsewhere does.
+func TestUnsavedEpochsDirSyncFailureFailsTheLog(t *testing.T) {
+	var failWrite, failDirSync atomic.Bool
+	efs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		switch {
+		case op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false):
+			failDirSync.Store(true)
+			return vfs.Fault{Err: syscall.ENOSPC}
+		case op.Kind == vfs.OpSyncDir && failDirSync.CompareAndSwap(true, false):
+			return vfs.Fault{Err: syscall.EIO}
+		}
+		return vfs.Fault{}
+	}))
+	l, err := Open(crashDir, testLogOptions(efs))
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.AppendAsFollower(followerBatch(t, 0, 2, 1))
+	require.NoError(t, err)
+	failWrite.Store(true)
+	_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.True(t, l.Stats().Failed, "a failed directory fsync of the epoch file's rewrite left the log accepting writes")
+	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1))
+	require.ErrorIs(t, err, ErrSyncFailed)
+}

@@ -164,6 +164,7 @@ func (c *fileCache) closeLoop() {
 			return
 		}
 		ev := c.closing[0]
+		c.closing[0] = eviction{} // not kept reachable by the array
 		c.closing = c.closing[1:]
 		c.mu.Unlock()
 		c.finishEviction(ev)

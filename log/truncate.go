@@ -236,6 +236,11 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if err := l.failure(); err != nil {
 		return err
 	}
+	if err := l.saveUnsavedEpochs(); err != nil {
+		// (A failed append's epoch may be in the file: the restart
+		// empty at offset that a crash may bring would keep it.)
+		return err
+	}
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
 	// Waiters look again on every return: one after a failure may leave
