@@ -260,34 +260,13 @@ func TestFailedCutKeepsTheEpochOfAWrittenBatch(t *testing.T) {
 // where a reopen would believe it.
 func TestEpochsLeftUnsavedAreSavedBeforeTheNextAppend(t *testing.T) {
 	mem := vfs.NewMem()
-	var failWrite, failEpochs atomic.Bool
-	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		switch {
-		case op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false):
-			failEpochs.Store(true) // the disk is full from here on
-			return vfs.Fault{Err: syscall.ENOSPC}
-		case op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, leaderEpochFile+tmpSuffix) && failEpochs.Load():
-			return vfs.Fault{Err: syscall.ENOSPC}
-		}
-		return vfs.Fault{}
-	}))
-	l, err := Open(crashDir, testLogOptions(efs))
-	require.NoError(t, err)
-	_, err = l.AppendAsFollower(followerBatch(t, 0, 2, 1))
-	require.NoError(t, err)
-
-	failWrite.Store(true)
-	_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5)) // epoch 5 saved, its data not written, nor the file rewritten
-	require.ErrorIs(t, err, syscall.ENOSPC)
-	require.False(t, l.Stats().Failed)
-	require.Equal(t, []EpochEntry{{Epoch: 1, StartOffset: 0}}, l.LeaderEpochs())
-
-	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1)) // another leader's epoch-1 batches
+	l, diskFull := openWithUnsavedEpoch(t, mem, true, nil)
+	_, err := l.AppendAsFollower(followerBatch(t, 2, 3, 1)) // another leader's epoch-1 batches
 	require.ErrorIs(t, err, syscall.ENOSPC, "appended past an epoch entry the file may still hold")
 	require.Equal(t, int64(2), l.LogEndOffset())
 	require.False(t, l.Stats().Failed)
 
-	failEpochs.Store(false) // space again
+	diskFull.Store(false)
 	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1))
 	require.NoError(t, err)
 	img := mem.CrashClone(vfs.CrashOptions{Kill: true})
@@ -300,19 +279,20 @@ func TestEpochsLeftUnsavedAreSavedBeforeTheNextAppend(t *testing.T) {
 	}
 }
 
-// openWithUnsavedEpoch opens a log on an ErrorFS over mem, writes epoch 1
-// at 0..1, then a follower append at epoch 5 whose data write fails
-// (ENOSPC) and whose rewrite of the epoch file fails too: the file keeps
-// [1@0 5@2] while memory holds [1@0] (epochsUnsaved). crash is consulted
-// for every operation once the scenario is set up.
-func openWithUnsavedEpoch(t *testing.T, mem *vfs.MemFS, unsaved bool, crash *crashAfterOps) *Log {
-	var failWrite, failEpochs atomic.Bool
+// openWithUnsavedEpoch opens a log on an ErrorFS over mem and writes
+// epoch 1 at 0..1; with unsaved, a follower append at epoch 5 follows
+// whose data write fails (ENOSPC), filling the disk so that the rewrite of
+// the epoch file fails too: the file keeps [1@0 5@2] while memory holds
+// [1@0] (epochsUnsaved). The disk stays full until the returned flag is
+// cleared. crash, if not nil, is consulted for every operation.
+func openWithUnsavedEpoch(t *testing.T, mem *vfs.MemFS, unsaved bool, crash *crashAfterOps) (*Log, *atomic.Bool) {
+	var failWrite, diskFull atomic.Bool
 	efs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
 		switch {
 		case op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false):
-			failEpochs.Store(true)
+			diskFull.Store(true)
 			return vfs.Fault{Err: syscall.ENOSPC}
-		case op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, leaderEpochFile+tmpSuffix) && failEpochs.Load():
+		case op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, leaderEpochFile+tmpSuffix) && diskFull.Load():
 			return vfs.Fault{Err: syscall.ENOSPC}
 		}
 		if crash != nil {
@@ -327,14 +307,13 @@ func openWithUnsavedEpoch(t *testing.T, mem *vfs.MemFS, unsaved bool, crash *cra
 	require.NoError(t, l.Sync())
 	if unsaved {
 		failWrite.Store(true)
-		_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5))
+		_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5)) // epoch 5 saved, its data not written, nor the file rewritten
 		require.ErrorIs(t, err, syscall.ENOSPC)
 		require.False(t, l.Stats().Failed)
 		require.True(t, l.epochsUnsaved.Load())
-		failEpochs.Store(false) // space again
 	}
 	require.Equal(t, []EpochEntry{{Epoch: 1, StartOffset: 0}}, l.LeaderEpochs())
-	return l
+	return l, &diskFull
 }
 
 // TestTruncateFullyAfterAnUnsavedEpochCrash: with the epoch file still
@@ -350,7 +329,8 @@ func TestTruncateFullyAfterAnUnsavedEpochCrash(t *testing.T) {
 		for k := int64(0); ; k++ {
 			mem := vfs.NewMem()
 			crash := &crashAfterOps{n: k}
-			l := openWithUnsavedEpoch(t, mem, unsaved, crash)
+			l, diskFull := openWithUnsavedEpoch(t, mem, unsaved, crash)
+			diskFull.Store(false)
 			crash.armed.Store(true)
 			terr := l.TruncateFullyAndStartAt(100)
 			_ = l.Close()
