@@ -91,7 +91,11 @@ func DecodeCheckpoint(data []byte, fields int) ([][]int64, error) {
 func writeFileAtomic(fs vfs.FS, path string, data []byte) error {
 	err := replaceFile(fs, path, data)
 	if err == nil {
-		if derr := fs.SyncDir(filepath.Dir(path)); derr != nil {
+		switch derr := fs.SyncDir(filepath.Dir(path)); {
+		case derr == nil:
+		case transientOpenError(derr):
+			err = derr // the directory could not be opened: no fsync ran
+		default:
 			err = fmt.Errorf("%w: %w", errDirSync, derr)
 		}
 	}
@@ -104,7 +108,9 @@ func writeFileAtomic(fs vfs.FS, path string, data []byte) error {
 // errDirSync marks a failed writeFileAtomic whose rename was done but
 // whose directory fsync failed: which contents the file has after a crash
 // is unknown, and a later directory fsync proves nothing (see
-// syncDirIfDirty). An earlier failure left the file as it was.
+// syncDirIfDirty). An earlier failure left the file as it was; a
+// directory that could not be opened for want of descriptors
+// (transientOpenError) ran no fsync, and is not marked either.
 var errDirSync = errors.New("directory fsync failed")
 
 // replaceFile writes data to a temporary file, fsyncs it and renames it

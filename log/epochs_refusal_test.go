@@ -1,6 +1,7 @@
 package log
 
 import (
+	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -383,4 +384,47 @@ func TestUnsavedEpochsDirSyncFailureFailsTheLog(t *testing.T) {
 	require.True(t, l.Stats().Failed, "a failed directory fsync of the epoch file's rewrite left the log accepting writes")
 	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1))
 	require.ErrorIs(t, err, ErrSyncFailed)
+}
+
+// dirOpenEMFILEFS behaves as vfs.Default's SyncDir does when the process
+// is out of descriptors: os.Open(dir) fails with EMFILE before any fsync
+// runs (vfs.go osFS.SyncDir). ErrorFS cannot inject that (its SyncDir is
+// one OpSyncDir), so the wrapper returns the *os.PathError osFS returns.
+type dirOpenEMFILEFS struct {
+	vfs.FS
+	failDirOpen *atomic.Bool
+}
+
+func (f dirOpenEMFILEFS) SyncDir(dir string) error {
+	if f.failDirOpen.CompareAndSwap(true, false) {
+		return &os.PathError{Op: "open", Path: dir, Err: syscall.EMFILE}
+	}
+	return f.FS.SyncDir(dir)
+}
+
+// TestUnsavedEpochsDirOpenEMFILEKeepsTheLog: the rewrite of the epoch
+// file after a failed append, failing under EMFILE, fails that append
+// only. Its directory fsync could not open the directory (EMFILE): no
+// fsync ran, yet that was taken for a failed directory fsync, which fails
+// the log for good.
+func TestUnsavedEpochsDirOpenEMFILEKeepsTheLog(t *testing.T) {
+	var failWrite, failDirOpen atomic.Bool
+	efs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false) {
+			failDirOpen.Store(true) // the restore's SyncDir cannot open the directory
+			return vfs.Fault{Err: syscall.ENOSPC}
+		}
+		return vfs.Fault{}
+	}))
+	l, err := Open(crashDir, testLogOptions(dirOpenEMFILEFS{FS: efs, failDirOpen: &failDirOpen}))
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.AppendAsFollower(followerBatch(t, 0, 2, 1))
+	require.NoError(t, err)
+	failWrite.Store(true)
+	_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.False(t, l.Stats().Failed, "EMFILE opening the directory (no fsync ran) failed the log: %v", l.failedErr())
+	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1))
+	require.NoError(t, err, "the next append once a descriptor is free")
 }
