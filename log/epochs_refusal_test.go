@@ -356,36 +356,6 @@ func TestTruncateFullyAfterAnUnsavedEpochCrash(t *testing.T) {
 	}
 }
 
-// TestUnsavedEpochsDirSyncFailureFailsTheLog: the rewrite of the epoch
-// file after a failed append failed at its directory fsync (EIO), and
-// only marked the epochs unsaved: the next append's rewrite was trusted,
-// though a later directory fsync proves nothing after a failed one. It
-// fails the log, as a failed epoch-file write elsewhere does.
-func TestUnsavedEpochsDirSyncFailureFailsTheLog(t *testing.T) {
-	var failWrite, failDirSync atomic.Bool
-	efs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		switch {
-		case op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false):
-			failDirSync.Store(true)
-			return vfs.Fault{Err: syscall.ENOSPC}
-		case op.Kind == vfs.OpSyncDir && failDirSync.CompareAndSwap(true, false):
-			return vfs.Fault{Err: syscall.EIO}
-		}
-		return vfs.Fault{}
-	}))
-	l, err := Open(crashDir, testLogOptions(efs))
-	require.NoError(t, err)
-	defer l.Close()
-	_, err = l.AppendAsFollower(followerBatch(t, 0, 2, 1))
-	require.NoError(t, err)
-	failWrite.Store(true)
-	_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5))
-	require.ErrorIs(t, err, syscall.ENOSPC)
-	require.True(t, l.Stats().Failed, "a failed directory fsync of the epoch file's rewrite left the log accepting writes")
-	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1))
-	require.ErrorIs(t, err, ErrSyncFailed)
-}
-
 // dirOpenEMFILEFS behaves as vfs.Default's SyncDir does when the process
 // is out of descriptors: os.Open(dir) fails with EMFILE before any fsync
 // runs (vfs.go osFS.SyncDir). ErrorFS cannot inject that (its SyncDir is
@@ -402,29 +372,47 @@ func (f dirOpenEMFILEFS) SyncDir(dir string) error {
 	return f.FS.SyncDir(dir)
 }
 
-// TestUnsavedEpochsDirOpenEMFILEKeepsTheLog: the rewrite of the epoch
-// file after a failed append, failing under EMFILE, fails that append
-// only. Its directory fsync could not open the directory (EMFILE): no
-// fsync ran, yet that was taken for a failed directory fsync, which fails
-// the log for good.
-func TestUnsavedEpochsDirOpenEMFILEKeepsTheLog(t *testing.T) {
-	var failWrite, failDirOpen atomic.Bool
-	efs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
-		if op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false) {
-			failDirOpen.Store(true) // the restore's SyncDir cannot open the directory
-			return vfs.Fault{Err: syscall.ENOSPC}
-		}
-		return vfs.Fault{}
-	}))
-	l, err := Open(crashDir, testLogOptions(dirOpenEMFILEFS{FS: efs, failDirOpen: &failDirOpen}))
-	require.NoError(t, err)
-	defer l.Close()
-	_, err = l.AppendAsFollower(followerBatch(t, 0, 2, 1))
-	require.NoError(t, err)
-	failWrite.Store(true)
-	_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5))
-	require.ErrorIs(t, err, syscall.ENOSPC)
-	require.False(t, l.Stats().Failed, "EMFILE opening the directory (no fsync ran) failed the log: %v", l.failedErr())
-	_, err = l.AppendAsFollower(followerBatch(t, 2, 3, 1))
-	require.NoError(t, err, "the next append once a descriptor is free")
+// TestEpochRewriteDirSyncFailure: the rewrite of the epoch file after a
+// failed append fails at its directory fsync.
+//   - EIO: it only marked the epochs unsaved, and the next append's
+//     rewrite was trusted, though a later directory fsync proves nothing
+//     after a failed one. It fails the log, as a failed epoch-file write
+//     elsewhere does.
+//   - EMFILE opening the directory: no fsync ran, yet that was taken for
+//     a failed one and failed the log for good, where a descriptor
+//     shortage must fail that append only.
+func TestEpochRewriteDirSyncFailure(t *testing.T) {
+	for _, eio := range []bool{true, false} {
+		t.Run(map[bool]string{true: "EIO", false: "EMFILE"}[eio], func(t *testing.T) {
+			var failWrite, failDirSync, failDirOpen atomic.Bool
+			efs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+				switch {
+				case op.Kind == vfs.OpWrite && strings.HasSuffix(op.Path, logSuffix) && failWrite.CompareAndSwap(true, false):
+					// The restore's directory fsync fails next.
+					failDirSync.Store(eio)
+					failDirOpen.Store(!eio)
+					return vfs.Fault{Err: syscall.ENOSPC}
+				case op.Kind == vfs.OpSyncDir && failDirSync.CompareAndSwap(true, false):
+					return vfs.Fault{Err: syscall.EIO}
+				}
+				return vfs.Fault{}
+			}))
+			l, err := Open(crashDir, testLogOptions(dirOpenEMFILEFS{FS: efs, failDirOpen: &failDirOpen}))
+			require.NoError(t, err)
+			defer l.Close()
+			_, err = l.AppendAsFollower(followerBatch(t, 0, 2, 1))
+			require.NoError(t, err)
+			failWrite.Store(true)
+			_, err = l.AppendAsFollower(followerBatch(t, 2, 2, 5))
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			_, next := l.AppendAsFollower(followerBatch(t, 2, 3, 1))
+			if eio {
+				require.True(t, l.Stats().Failed, "a failed directory fsync of the epoch file's rewrite left the log accepting writes")
+				require.ErrorIs(t, next, ErrSyncFailed)
+				return
+			}
+			require.False(t, l.Stats().Failed, "EMFILE opening the directory (no fsync ran) failed the log: %v", l.failedErr())
+			require.NoError(t, next, "the next append once a descriptor is free")
+		})
+	}
 }
