@@ -187,7 +187,10 @@ type span struct {
 //
 // On Linux a Builder keeps the socket (or file) it last wrote to, with its
 // raw connection, until it writes to another, so that writing responses
-// to one connection allocates nothing; Reset does not drop it.
+// to one connection allocates nothing; Reset does not drop it. Sendfile
+// regions are the exception: a WriteTo takes the raw connection of each
+// file it sends from (once for consecutive regions of one file), one small
+// allocation each, and drops them when it returns.
 type Builder struct {
 	opts     Options
 	optsSet  bool
@@ -339,12 +342,17 @@ func vecLen(bufs [][]byte) int64 {
 // sameFile reports whether a and b are the same value, without panicking
 // on incomparable values: the check is on the values, since a comparable
 // type (a struct with an interface field) can hold an incomparable one.
+// Pointers, *os.File among them, are compared directly: reflect's
+// Comparable allocates, and this runs for every region of a response.
 func sameFile(a, b io.ReaderAt) bool {
-	va := reflect.ValueOf(a)
-	if va.Type() != reflect.TypeOf(b) || !va.Comparable() || !reflect.ValueOf(b).Comparable() {
+	t := reflect.TypeOf(a)
+	switch {
+	case t != reflect.TypeOf(b):
 		return false
+	case t == nil || t.Kind() == reflect.Pointer:
+		return a == b
 	}
-	return a == b
+	return reflect.ValueOf(a).Comparable() && reflect.ValueOf(b).Comparable() && a == b
 }
 
 // WriteTo writes the response to w and returns the number of bytes

@@ -255,3 +255,56 @@ func TestWriteToFile(t *testing.T) {
 		})
 	}
 }
+
+// TestReusedBuilderOnSocketAllocatesNothing checks the socket path's
+// steady state with a fetch response's shape: headers between file
+// regions that lie back to back in one file, read into memory (below the
+// threshold). Matching a region's file with the one before it once
+// allocated on every region. Regions sent with sendfile take their file's
+// raw connection once per WriteTo: one allocation.
+func TestReusedBuilderOnSocketAllocatesNothing(t *testing.T) {
+	f, _ := tempFile(t, 1<<20, 5)
+	client, server := connPair(t, "tcp")
+	drained := make(chan int64)
+	go func() { // a drain that allocates nothing, unlike collect
+		buf := make([]byte, 64<<10)
+		var total int64
+		for {
+			n, err := server.Read(buf)
+			total += int64(n)
+			if err != nil {
+				drained <- total
+				return
+			}
+		}
+	}()
+	var b send.Builder
+	var sent int64
+	header := []byte("partition header")
+	write := func(large bool) {
+		b.Reset()
+		for i := range int64(16) {
+			b.AddBytes(header)
+			require.NoError(t, b.AddFile(f, i<<10, 1<<10))
+		}
+		if large { // two sendfiles from f
+			require.NoError(t, b.AddFile(f, 256<<10, 256<<10))
+			b.AddBytes(header)
+			require.NoError(t, b.AddFile(f, 768<<10, 256<<10))
+		}
+		n, err := b.WriteTo(client)
+		sent += n
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(true)
+	small := testing.AllocsPerRun(20, func() { write(false) })
+	before := b.Stats().Sendfile
+	large := testing.AllocsPerRun(20, func() { write(true) })
+	closeWrite(t, client)
+	assert.Equal(t, sent, <-drained)
+	assert.Zero(t, small, "a reused Builder allocates nothing on the socket path")
+	assert.LessOrEqual(t, large, 1.0, "sendfiles from one file take its raw connection once")
+	assert.Positive(t, b.Stats().Sendfile-before)
+}
