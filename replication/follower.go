@@ -154,6 +154,8 @@ type responseApplier struct {
 	total    int64
 	got      []TopicPartition
 	firstErr error
+	respErr  error // the response's own: it does not answer the request
+	answered int   // partitions begun, in the request's order
 }
 
 func (n *Node) newResponseApplier(leader int32, req *FetchRequest, now func() time.Time) *responseApplier {
@@ -179,11 +181,24 @@ func (a *responseApplier) fail(p *partition, err error) {
 	}
 }
 
+// malformed records err, a response that does not answer the request as
+// a leader would, as the response's error: the fetcher backs off, as for
+// a failed fetch (the partition it concerns may be none of the request's).
+func (a *responseApplier) malformed(err error) {
+	if a.respErr == nil {
+		a.respErr = fmt.Errorf("%w: %w", ErrMalformedFrame, err)
+	}
+}
+
 // beginPartition handles the header of the response's i-th partition (its
 // Records are ignored: records follows): errors, divergence, staleness.
+// A leader answers every partition of a request, in its order; a response
+// that does not is malformed.
 func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 	a.p, a.active, a.appended = nil, false, 0
+	a.answered = i + 1
 	if i >= len(a.req.Partitions) || a.req.Partitions[i].TopicPartition != pr.TopicPartition {
+		a.malformed(fmt.Errorf("leader %d answered %s in place %d of a fetch of %d partitions", a.leader, pr.TopicPartition, i, len(a.req.Partitions)))
 		return
 	}
 	p := a.n.partition(pr.TopicPartition)
@@ -212,12 +227,21 @@ func (a *responseApplier) beginPartition(i int, pr *FetchPartitionResponse) {
 			p.backoffUntil = a.now().Add(n.cfg.FetchBackoff)
 		}
 		return
+	case pr.Error == CodeRecordTooLarge:
+		a.fail(p, fmt.Errorf("%w: partition %s at offset %d, from leader %d", ErrRecordTooLarge, p.tp, fp.FetchOffset, a.leader))
+		return
 	case pr.Error != CodeNone:
 		p.backoffUntil = a.now().Add(n.cfg.FetchBackoff)
 		return
 	case pr.Diverging != nil:
 		n.stats.truncations.Add(1)
+		before := l.LogEndOffset()
 		a.fail(p, l.TruncateTo(truncationTarget(l, *pr.Diverging, p.epoch)))
+		if l.LogEndOffset() == before {
+			// Nothing to cut (a divergence at or past this log's end,
+			// which a leader does not report): as above.
+			p.backoffUntil = a.now().Add(n.cfg.FetchBackoff)
+		}
 		return
 	}
 	a.p, a.active, a.fp, a.hw, a.start = p, true, fp, pr.HighWatermark, pr.LogStartOffset
@@ -257,6 +281,13 @@ func (a *responseApplier) records(records []byte) {
 	}
 	l := p.log
 	rest := skipBelow(records, l.LogEndOffset())
+	if len(rest) == 0 {
+		// A leader answers from the batch holding the fetch offset.
+		a.fail(p, fmt.Errorf("%w: leader %d sent %s records that end below the fetch offset %d", ErrMalformedFrame, a.leader, p.tp, l.LogEndOffset()))
+		a.active = false
+		return
+	}
+	rest, aboveErr := cutAboveEpoch(rest, a.fp.CurrentLeaderEpoch)
 	if err := startAtFirstBatch(l, rest, a.start); err != nil {
 		a.fail(p, err)
 		a.active = false
@@ -275,7 +306,32 @@ func (a *responseApplier) records(records []byte) {
 		a.appended += int64(len(chunk))
 		p.fetchBytes.Add(int64(len(chunk)))
 	}
+	if aboveErr != nil && a.active {
+		a.fail(p, fmt.Errorf("%w: leader %d sent %s: %w", ErrMalformedFrame, a.leader, p.tp, aboveErr))
+		a.active = false
+	}
 	a.fp.FetchOffset, a.fp.LastFetchedEpoch = l.LogEndOffset(), lastBatchEpoch(l)
+}
+
+// cutAboveEpoch returns the leading batches of records whose leader epoch
+// is at most epoch, and an error if it cut any. The leader of epoch
+// answers only at that epoch (it fences fetches at others), and no batch
+// it holds is of a later one: a later epoch is damage (the epoch lies
+// outside the CRC), which, appended, would make this log refuse to lead
+// any epoch up to it. Bytes that do not frame as a batch are kept, for
+// the log to refuse.
+func cutAboveEpoch(records []byte, epoch int32) ([]byte, error) {
+	for rest := records; len(rest) > 0; {
+		b, r, err := log.SplitBatch(rest)
+		if err != nil {
+			return records, nil
+		}
+		if e := b.LeaderEpoch(); e > epoch {
+			return records[:len(records)-len(rest)], fmt.Errorf("a batch at offset %d of leader epoch %d, above the leader's %d", b.BaseOffset(), e, epoch)
+		}
+		rest = r
+	}
+	return records, nil
 }
 
 // endPartition finishes the current partition: fsync (unless
@@ -326,12 +382,16 @@ func (a *responseApplier) countAppended() {
 }
 
 // finish moves the partitions that got data to the end of the fetch
-// order and returns the bytes appended and the first error. complete says
+// order and returns the bytes appended and the first error: the
+// response's own (respErr) or else the first partition's. complete says
 // the whole response arrived: only then does it count as a response
 // applied in Stats (a streamed one may fail after part of it was
 // applied, whose bytes count).
 func (a *responseApplier) finish(complete bool) (int64, error) {
 	a.countAppended() // a partition whose records were cut short
+	if complete && a.answered < len(a.req.Partitions) {
+		a.malformed(fmt.Errorf("leader %d answered %d of the %d partitions fetched", a.leader, a.answered, len(a.req.Partitions)))
+	}
 	n := a.n
 	if complete {
 		n.stats.responses.Add(1)
@@ -345,6 +405,9 @@ func (a *responseApplier) finish(complete bool) (int64, error) {
 		}
 		n.mu.Unlock()
 		n.stats.fetchedBytes.Add(a.total)
+	}
+	if a.respErr != nil {
+		return a.total, a.respErr
 	}
 	return a.total, a.firstErr
 }
@@ -441,19 +504,22 @@ func nextAppendChunk(records []byte, limit int) (chunk, rest []byte) {
 
 // startAtFirstBatch restarts the log at the base offset of the first of
 // records when that batch holds the log end offset, and the log is empty
-// or ends at or below leaderStart, the leader's log start. The leader's
-// start may lie inside a batch (DeleteRecordsBefore), which it sends
-// whole from the batch's base. A follower's log ends there when an
-// out-of-range fetch restarted it empty at the leader's start (Kafka's
-// follower then restarts too), or when its records below the leader's
-// start are not the leader's: the leader cannot check epochs it deleted,
-// and takes a fetch from its start on trust. Those records are deleted on
-// the leader. The log start then moves up to the leader's once the high
-// watermark passes it.
+// or ends at leaderStart, the leader's log start. The leader's start may
+// lie inside a batch (DeleteRecordsBefore), which it sends whole from the
+// batch's base. A follower's log ends there when an out-of-range fetch
+// restarted it empty at the leader's start (Kafka's follower then
+// restarts too), or when its records below the leader's start are not the
+// leader's: the leader cannot check epochs it deleted, and takes a fetch
+// from its start on trust. Those records are deleted on the leader. The
+// log start then moves up to the leader's once the high watermark passes
+// it. A leader answers a fetch below its start with OffsetOutOfRange, not
+// records: a non-empty log that ends below leaderStart is left as it is
+// (the log refuses the batch), since restarting it would delete records
+// the leader may never have deleted, committed ones among them.
 func startAtFirstBatch(l *log.Log, records []byte, leaderStart int64) error {
 	b, _, err := log.SplitBatch(records)
 	end := l.LogEndOffset()
-	if err != nil || b.BaseOffset() >= end || b.NextOffset() <= end || end != l.LogStartOffset() && end > leaderStart {
+	if err != nil || b.BaseOffset() >= end || b.NextOffset() <= end || end != l.LogStartOffset() && end != leaderStart {
 		return nil
 	}
 	return l.TruncateFullyAndStartAt(b.BaseOffset())

@@ -161,6 +161,9 @@ func (t memTransport) call(ctx context.Context, h FetchHandler, req *FetchReques
 	if err != nil {
 		return nil, err
 	}
+	if resp == nil {
+		return nil, errNoResponse(h)
+	}
 	if err := resp.Materialize(); err != nil {
 		return nil, err
 	}

@@ -346,15 +346,15 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 			}
 			continue
 		}
-		// err is the fetch's (the transport's, or a bad response):
-		// the fetcher backs off. applyErr is a partition's log failing:
-		// that partition backs off alone (responseApplier.fail).
+		// err is the fetch's (the transport's, or a response that does
+		// not answer the request): the fetcher backs off. applyErr is a
+		// partition's log failing, or its records refused: that
+		// partition backs off alone (responseApplier.fail).
 		var err, applyErr error
+		a := &s.applier
+		a.reset(r.node, leader, req, r.cfg.Now)
 		if sf != nil {
-			a := &s.applier
-			a.reset(r.node, leader, req, r.cfg.Now)
 			buf, err = sf.fetchStream(r.ctx, leader, req, buf, a)
-			_, applyErr = a.finish(err == nil)
 		} else {
 			var resp *FetchResponse
 			resp, err = r.transport.Fetch(r.ctx, leader, req)
@@ -362,8 +362,12 @@ func (r *Replicator) fetchLoop(leader int32, kick chan struct{}) {
 				err = fmt.Errorf("%w: transport %T answered neither a response nor an error", ErrMalformedFrame, r.transport)
 			}
 			if err == nil && r.ctx.Err() == nil {
-				_, applyErr = r.node.HandleFetchResponse(leader, req, resp, r.cfg.Now())
+				sinkResponse(resp, a)
 			}
+		}
+		_, applyErr = a.finish(err == nil && r.ctx.Err() == nil)
+		if err == nil && a.respErr != nil {
+			err, applyErr = a.respErr, a.firstErr
 		}
 		if r.ctx.Err() != nil {
 			return

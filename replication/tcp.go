@@ -49,8 +49,14 @@ type TCPOptions struct {
 	// 4 KiB). A larger announced length is refused with ErrFrameTooLarge
 	// before anything is allocated for it. A transport asks for no more
 	// records than a response of this size holds, and a server sends no
-	// more (a request's MaxBytes is lowered to fit); a batch larger than
-	// that alone is never sent.
+	// more (a request's MaxBytes is lowered to fit). A batch larger than
+	// that alone is never sent: its partition is answered with
+	// CodeRecordTooLarge, and the follower backs off and reports
+	// ErrRecordTooLarge, so keep MaxFrameBytes above the logs'
+	// MaxBatchBytes. A response takes 49 bytes plus its topic name per
+	// partition before any record, so that a fetch of more partitions
+	// than that fits (about 54,000 of 28-byte topic names in 4 MiB) is
+	// answered with ErrFrameTooLarge, whatever MaxRequestBytes allows.
 	MaxFrameBytes int
 	// MaxRequestBytes is the largest fetch request frame, its header
 	// included, that a server reads and a transport sends (default

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/replog/replog/log"
+	"github.com/replog/replog/send"
 )
 
 // requestOfSize returns a fetch request whose frame takes exactly size
@@ -361,4 +362,67 @@ func TestFetchMaxBytesAboveTheFrameLimitStillCatchesUp(t *testing.T) {
 			followerCatchesUpWithin(t, reps[0].log, reps[1].log, 3*time.Second)
 		})
 	}
+}
+
+// A batch the leader's log took but that does not fit MaxFrameBytes was
+// dropped from every response: the follower got an empty answer without
+// an error and fetched again at once, and both spun for good. The leader
+// now answers CodeRecordTooLarge, which backs the follower off.
+func TestTCPBatchLargerThanAFrameBacksTheFollowerOff(t *testing.T) {
+	tp := TopicPartition{Topic: "t", Partition: 0}
+	opts := TCPOptions{MaxFrameBytes: 64 << 10, MaxRequestBytes: 64 << 10}
+	reps := startTCPReplicasWith(t, 2, tp, Config{ClusterID: "a", FetchMaxWait: 200 * time.Millisecond}, log.Options{}, opts, opts)
+	require.NoError(t, reps[0].rep.BecomeLeader(tp, 1, []int32{0, 1}, []int32{0}))
+	require.NoError(t, reps[1].rep.BecomeFollower(tp, 1, 0))
+	_, err := reps[0].rep.Produce(context.Background(), tp, batchOfSize(t, 100<<10), AcksLeader)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	s0 := reps[0].rep.Stats().FetchesServed
+	time.Sleep(500 * time.Millisecond)
+	served := reps[0].rep.Stats().FetchesServed - s0
+	require.Zero(t, reps[1].log.LogEndOffset())
+	require.LessOrEqual(t, served, int64(10), "fetches in 500 ms with a 100 ms backoff")
+
+	// The code, as the follower's Node sees it.
+	resp := &FetchResponse{Partitions: []FetchPartitionResponse{{TopicPartition: tp, HighWatermark: 1, LogEndOffset: 1, Records: batchOfSize(t, 100<<10)}}}
+	var b send.Builder
+	_, dropped, err := buildFetchResponse(&b, nil, 1, resp, 64<<10)
+	require.NoError(t, err)
+	require.Equal(t, 1, dropped)
+	require.Equal(t, CodeRecordTooLarge, resp.Partitions[0].Error)
+	require.ErrorIs(t, CodeRecordTooLarge.Err(), ErrRecordTooLarge)
+}
+
+// A handler answering neither a response nor an error (a wrapper with a
+// bug) crashed the process from the server's connection goroutine; the
+// peer now gets an error frame.
+func TestTCPServerAnswersANilResponseWithAnError(t *testing.T) {
+	h := handlerFunc(func(ctx context.Context, req *FetchRequest) (*FetchResponse, error) { return nil, nil })
+	_, ln := startServer(t, h, TCPOptions{})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
+	_, err := tr.Fetch(context.Background(), 0, &FetchRequest{ClusterID: "a"})
+	require.ErrorIs(t, err, ErrRemote)
+	require.ErrorContains(t, err, "neither a response nor an error")
+
+	mem := NewMemNetwork(1)
+	mem.Register(0, h)
+	_, err = mem.Transport(1).Fetch(context.Background(), 0, &FetchRequest{ClusterID: "a"})
+	require.ErrorIs(t, err, ErrMalformedFrame)
+}
+
+// A peer that closes a fresh connection after reading the request (a
+// server shutting down) gave a bare io.EOF, none of the errors Fetch
+// documents; it is ErrUnreachable.
+func TestTCPTransportPeerClosingIsUnreachable(t *testing.T) {
+	ln := serveRaw(t, func(c net.Conn) {
+		var hdr [frameHeaderSize]byte
+		if h, err := readFrameHeader(c, &hdr, DefaultMaxFrameBytes); err == nil {
+			_, _ = readBody(c, h.bodyLen, nil, 0)
+		}
+		c.Close()
+	})
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{})
+	_, err := tr.Fetch(context.Background(), 0, &FetchRequest{ClusterID: "a"})
+	require.ErrorIs(t, err, ErrUnreachable)
+	require.ErrorIs(t, err, io.EOF)
 }

@@ -31,6 +31,12 @@ import (
 // between requests, or whose request body does not arrive within
 // RequestTimeout of its header, is closed.
 //
+// The server does not limit the number of connections. Each keeps its
+// last request's buffer (up to 1 MiB; larger ones are dropped) and its
+// response's headers until its next request, idle ones too, for up to
+// IdleTimeout: where peers may open many connections, bound them with
+// the listener (golang.org/x/net/netutil.LimitListener, say).
+//
 // The handler receives a context that ends when the server is closed, and
 // must return soon after it does. A TCPServer is safe for concurrent use;
 // Close stops the accept loop and every connection goroutine and waits for
@@ -291,7 +297,17 @@ func (s *TCPServer) handle(c *serverConn, req *FetchRequest) (*FetchResponse, er
 	if r, ok := s.handler.(*Replicator); ok {
 		return r.handleFetchScratch(s.ctx, req, &c.serve)
 	}
-	return s.handler.HandleFetch(s.ctx, req)
+	resp, err := s.handler.HandleFetch(s.ctx, req)
+	if err == nil && resp == nil {
+		return nil, errNoResponse(s.handler)
+	}
+	return resp, err
+}
+
+// errNoResponse is the error of a FetchHandler that answered neither a
+// response nor an error: the peer gets it as an error frame.
+func errNoResponse(h FetchHandler) error {
+	return fmt.Errorf("%w: fetch handler %T answered neither a response nor an error", ErrMalformedFrame, h)
 }
 
 // answer has the handler serve req and writes its response, or an error

@@ -26,7 +26,8 @@ import (
 // canceled context or a timeout closes the connection, since its stream is
 // mid-response.
 //
-// Fetch errors wrap ErrUnreachable (resolving or dialing failed),
+// Fetch errors wrap ErrUnreachable (resolving or dialing failed, or the
+// peer closed or reset the connection before its answer was complete),
 // ErrClosed (the transport was closed), the context's error,
 // os.ErrDeadlineExceeded (RequestTimeout), ErrFrameTooLarge (a request
 // over MaxRequestBytes, not sent, or a response over MaxFrameBytes),
@@ -219,6 +220,8 @@ func (t *TCPTransport) fetchErr(ctx context.Context, leader int32, addr string, 
 		return fmt.Errorf("%w: transport: %w", ErrClosed, err)
 	case ctx.Err() != nil:
 		return fmt.Errorf("replication: fetch from node %d at %s: %w", leader, addr, ctx.Err())
+	case peerGone(err):
+		return fmt.Errorf("%w: node %d at %s closed the connection: %w", ErrUnreachable, leader, addr, err)
 	}
 	return fmt.Errorf("replication: fetch from node %d at %s: %w", leader, addr, err)
 }

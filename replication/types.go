@@ -18,8 +18,9 @@ type TopicPartition struct {
 // String renders tp as Kafka does: topic-partition.
 func (tp TopicPartition) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
 
-// Errors returned by the Replicator and the Node; the first seven are also
-// carried in fetch responses, as ErrorCodes. Match them with errors.Is.
+// Errors returned by the Replicator and the Node; the first seven, and
+// ErrRecordTooLarge, are also carried in fetch responses, as ErrorCodes.
+// Match them with errors.Is.
 var (
 	// ErrNotLeader: this node does not lead the partition (Produce, a
 	// fetch), or stopped leading it before an acks=all produce was
@@ -61,6 +62,11 @@ var (
 	ErrInvalidConfig = errors.New("replication: invalid config")
 	// ErrPartitionExists: AddPartition of a partition already hosted.
 	ErrPartitionExists = errors.New("replication: partition already added")
+	// ErrRecordTooLarge: the leader cannot send the batch at a follower's
+	// fetch offset, which alone exceeds the transport's frame limit
+	// (TCPOptions.MaxFrameBytes). The follower backs the partition off and
+	// reports it, and cannot replicate past it until the limit is raised.
+	ErrRecordTooLarge = errors.New("replication: batch larger than the transport's frame limit")
 )
 
 // ErrorCode is a partition error in a fetch response.
@@ -76,10 +82,11 @@ const (
 	CodeUnknownPartition                    // CodeUnknownPartition: ErrUnknownPartition
 	CodeNotReplica                          // CodeNotReplica: ErrNotReplica
 	CodeStorage                             // CodeStorage: ErrStorage
+	CodeRecordTooLarge                      // CodeRecordTooLarge: ErrRecordTooLarge
 )
 
 var codeErrors = [...]error{nil, ErrNotLeader, ErrFencedLeaderEpoch, ErrUnknownLeaderEpoch,
-	ErrOffsetOutOfRange, ErrUnknownPartition, ErrNotReplica, ErrStorage}
+	ErrOffsetOutOfRange, ErrUnknownPartition, ErrNotReplica, ErrStorage, ErrRecordTooLarge}
 
 // Err returns the sentinel error for the code, or nil for CodeNone.
 func (c ErrorCode) Err() error {

@@ -260,8 +260,12 @@ func framedMaxBytes(req *FetchRequest, maxFrame int) int32 {
 // partition headers as bytes encoded into scratch, the records as file
 // regions (Region) or slices (Records). A response that would exceed
 // maxFrame loses the records of its last partitions (their headers stay,
-// so followers fetch them again) until it fits; dropped counts them. It
-// returns scratch, possibly grown, which b references until b.Reset.
+// so followers fetch them again) until it fits; dropped counts them.
+// Records that would not fit even alone (a batch larger than the frame:
+// the leader sends at least one whole batch) are answered with
+// CodeRecordTooLarge instead, so that the follower backs off and reports
+// it rather than fetching them again at once, forever. It returns
+// scratch, possibly grown, which b references until b.Reset.
 func buildFetchResponse(b *send.Builder, scratch []byte, corr uint64, resp *FetchResponse, maxFrame int) (_ []byte, dropped int, _ error) {
 	total := int64(frameHeaderSize + 4)
 	for i := range resp.Partitions {
@@ -270,11 +274,16 @@ func buildFetchResponse(b *send.Builder, scratch []byte, corr uint64, resp *Fetc
 	if total > int64(maxFrame) {
 		return scratch, 0, fmt.Errorf("%w: %d partition headers take %d bytes, limit %d", ErrFrameTooLarge, len(resp.Partitions), total, maxFrame)
 	}
-	// keep[i]: partition i's records fit; decided in order so that the
+	headers := total
+	// lens[i]: partition i's records fit; decided in order so that the
 	// partitions first in the follower's fair order are served first.
 	lens := make([]int64, len(resp.Partitions))
 	for i := range resp.Partitions {
-		n := recordsLen(&resp.Partitions[i])
+		p := &resp.Partitions[i]
+		n := recordsLen(p)
+		if headers+n > int64(maxFrame) && p.Error == CodeNone {
+			p.Error = CodeRecordTooLarge
+		}
 		if total+n > int64(maxFrame) {
 			if n > 0 {
 				dropped++

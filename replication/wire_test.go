@@ -161,8 +161,8 @@ func TestBuildFetchResponse(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, wantFrame, out.Bytes())
 
-	// Over the limit: the 100 KiB region does not fit in 64 KiB; the small
-	// partitions after it still do.
+	// Over the limit: the 100 KiB region does not fit in 64 KiB, even
+	// alone (CodeRecordTooLarge); the small partitions after it still do.
 	b.Reset()
 	_, dropped, err = buildFetchResponse(&b, scratch, 78, resp, 64<<10)
 	require.NoError(t, err)
@@ -176,6 +176,7 @@ func TestBuildFetchResponse(t *testing.T) {
 	gotResp := got.(*FetchResponse)
 	require.Len(t, gotResp.Partitions, len(resp.Partitions))
 	assert.Empty(t, gotResp.Partitions[4].Records)
+	assert.Equal(t, CodeRecordTooLarge, gotResp.Partitions[4].Error)
 	assert.Equal(t, int64(3), gotResp.Partitions[4].HighWatermark)
 	assert.Equal(t, data[7:40], gotResp.Partitions[5].Records)
 	assert.Equal(t, want.Partitions[0].Records, gotResp.Partitions[0].Records)
