@@ -989,7 +989,9 @@ func TestManagerReadWhileEvicting(t *testing.T) {
 	st := m.Stats()
 	require.LessOrEqual(t, st.OpenFiles, maxOpen)
 	require.Greater(t, st.FileOpens, int64(2*logs), "the files were not evicted and reopened")
-	requireFDsWithin(t, fds0, maxOpen+4, "after the readers")
+	// Evicted files with unsynced writes close once fsynced in the
+	// background (at most maxBackgroundCloses in flight).
+	requireFDsWithin(t, fds0, maxOpen+4+maxBackgroundCloses, "after the readers")
 	for i, l := range all {
 		require.Greater(t, len(l.segments()), 2, "log %d must have rolled", i)
 	}

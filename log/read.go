@@ -12,7 +12,11 @@ type ReadOptions struct {
 	// always returned whole even if larger. 0 means DefaultReadMaxBytes.
 	MaxBytes int
 	// UpToHighWatermark returns only batches below the high watermark
-	// (what consumers may see), instead of up to the log end offset.
+	// (what consumers may see), instead of up to the log end offset. An
+	// offset between the high watermark and the log end then reads
+	// nothing, without an error, as in Kafka: the high watermark may move
+	// down (when a node steps down, after a restart) below where a
+	// consumer already is.
 	UpToHighWatermark bool
 }
 
@@ -40,17 +44,19 @@ type Region struct {
 	FirstOffset, NextOffset int64
 }
 
-// readBounds checks offset against the readable range and returns its end.
+// readBounds checks offset against the log's range and returns where the
+// readable batches end: the log end, or the high watermark with
+// UpToHighWatermark. Nothing is readable at an offset at or past that end.
 func (l *Log) readBounds(offset int64, o ReadOptions) (end int64, err error) {
 	if l.closed.Load() {
 		return 0, ErrClosed
 	}
 	start, end := l.logStart.Load(), l.leo.Load()
+	if offset < start || offset > end {
+		return 0, fmt.Errorf("%w: offset %d, log range [%d, %d]", ErrOffsetOutOfRange, offset, start, end)
+	}
 	if o.UpToHighWatermark {
 		end = l.HighWatermark()
-	}
-	if offset < start || offset > end {
-		return 0, fmt.Errorf("%w: offset %d, readable range [%d, %d]", ErrOffsetOutOfRange, offset, start, end)
 	}
 	return end, nil
 }
@@ -97,8 +103,10 @@ func (l *Log) regionEnd(s *segment, end int64) (int64, error) {
 // Read appends to dst whole batches starting with the one that holds
 // offset, up to o.MaxBytes (at least one whole batch), all from one
 // segment, and returns the extended slice. Reading at the end of the
-// readable range returns dst unchanged and no error; outside the range it
-// returns ErrOffsetOutOfRange. The first batch may start before offset
+// readable range (the log end, or the high watermark with
+// UpToHighWatermark), or past the high watermark, returns dst unchanged
+// and no error; below the log start or past its end it returns
+// ErrOffsetOutOfRange. The first batch may start before offset
 // (offsets are per batch). Each batch's framing, header fields and
 // offsets are checked; its CRC only with Options.VerifyReadCRC (see
 // there). Read never blocks appends by itself (see the package
@@ -110,7 +118,7 @@ func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
 	end, err := l.readBounds(offset, o)
-	if err != nil || offset == end {
+	if err != nil || offset >= end {
 		return dst, err
 	}
 	hp := headerPool.Get().(*[BatchHeaderSize]byte)
@@ -249,7 +257,7 @@ func (l *Log) ReadRegion(offset int64, o ReadOptions) (Region, error) {
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
 	end, err := l.readBounds(offset, o)
-	if err != nil || offset == end {
+	if err != nil || offset >= end {
 		return Region{FirstOffset: offset, NextOffset: offset}, err
 	}
 	hp := headerPool.Get().(*[BatchHeaderSize]byte)

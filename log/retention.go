@@ -5,19 +5,22 @@ import "fmt"
 // DeleteRecordsBefore makes offset the new log start offset: reads below
 // it fail with ErrOffsetOutOfRange and segments that end at or before it
 // are deleted, but for the active segment, which stays (empty of
-// readable records when offset is the log end). The new start offset is checkpointed durably before the
-// call returns. offset must lie in [LogStartOffset, LogEndOffset], or
-// [LogStartOffset, HighWatermark] after RetainAboveHighWatermark.
+// readable records when offset is the log end). The new start offset is
+// checkpointed durably before the call returns. offset must lie in
+// [0, LogEndOffset], or [0, HighWatermark] after
+// RetainAboveHighWatermark; at or below LogStartOffset there is nothing
+// to delete and it returns nil, as Kafka's DeleteRecords does (a retry
+// after retention moved the start, say): the start never moves back.
 func (l *Log) DeleteRecordsBefore(offset int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.failure(); err != nil {
 		return err
 	}
-	if limit := l.deletionLimit(); offset < l.logStart.Load() || offset > limit {
-		return fmt.Errorf("%w: delete before %d outside [%d, %d]", ErrOffsetOutOfRange, offset, l.logStart.Load(), limit)
+	if limit := l.deletionLimit(); offset < 0 || offset > limit {
+		return fmt.Errorf("%w: delete before %d outside [0, %d]", ErrOffsetOutOfRange, offset, limit)
 	}
-	if offset == l.logStart.Load() {
+	if offset <= l.logStart.Load() {
 		return nil
 	}
 	if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), offset); err != nil {

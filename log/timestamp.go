@@ -12,13 +12,21 @@ import (
 // >= ts), which may be a few records early. The batches it scans (from
 // the time index entry before ts) are read whole and their CRCs checked:
 // damage fails with ErrCorrupt rather than giving a wrong offset.
+//
+// The answer is below the log end offset, but may be at or above the high
+// watermark: Kafka answers consumers only below it (records above it may
+// be truncated by a leader change), so a caller serving consumers treats
+// such an answer as none. ts is a plain timestamp: Kafka's special values
+// -1 (latest) and -2 (earliest) are LogEndOffset and LogStartOffset here.
 func (l *Log) OffsetForTimestamp(ts int64) (offset int64, ok bool, err error) {
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
 	if l.closed.Load() { // under readMu: Close then waits to close the files
 		return 0, false, ErrClosed
 	}
-	start := l.logStart.Load()
+	// The log end is loaded before the segments: an append publishes a
+	// batch's bytes (the segment size) before its offsets.
+	start, end := l.logStart.Load(), l.leo.Load()
 	segs := l.segments()
 	for _, s := range segs {
 		maxTS, err := l.readerMaxTimestamp(s, s == segs[len(segs)-1])
@@ -30,7 +38,7 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset int64, ok bool, err error) {
 		if maxTS < ts || s.next.Load() <= start {
 			continue
 		}
-		off, found, err := l.offsetForTimestampIn(s, ts, start)
+		off, found, err := l.offsetForTimestampIn(s, ts, start, end)
 		if err != nil || found {
 			return off, found, err
 		}
@@ -84,11 +92,12 @@ func (l *Log) timeEntryMatches(s *segment, ts int64, rel int32) bool {
 	return err == nil && found && b.LastOffset() == s.base+int64(rel) && b.MaxTimestamp() == ts
 }
 
-// offsetForTimestampIn searches one segment, from its time index entry.
-// Every batch it steps over is read whole and its CRC checked: the
-// answer is an offset, so nothing downstream could notice that a damaged
-// max timestamp made it skip the batch holding the records asked for.
-func (l *Log) offsetForTimestampIn(s *segment, ts, start int64) (int64, bool, error) {
+// offsetForTimestampIn searches one segment, from its time index entry,
+// for an answer in [start, end). Every batch it steps over is read whole
+// and its CRC checked: the answer is an offset, so nothing downstream
+// could notice that a damaged max timestamp made it skip the batch
+// holding the records asked for.
+func (l *Log) offsetForTimestampIn(s *segment, ts, start, end int64) (int64, bool, error) {
 	rel := l.timeIndexStart(s, ts)
 	from := max(s.base+int64(rel), start)
 	var hdr [BatchHeaderSize]byte
@@ -110,6 +119,9 @@ func (l *Log) offsetForTimestampIn(s *segment, ts, start int64) (int64, bool, er
 		b := Batch(buf)
 		if err := b.ValidateHeader(); err != nil {
 			return 0, false, fmt.Errorf("segment %d at position %d: %w", s.base, pos, err)
+		}
+		if b.BaseOffset() >= end {
+			return 0, false, nil // appended after the call began
 		}
 		if b.MaxTimestamp() >= ts && b.LastOffset() >= start {
 			if b.CodecID() != 0 || b.IsLogAppendTime() {

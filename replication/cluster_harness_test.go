@@ -631,8 +631,8 @@ func (c *testCluster) deleteSome(rnd *rand.Rand) int {
 			continue
 		}
 		off := start + rnd.Int63n(hw-start+1)
-		// The log's own retention may have moved its start past off
-		// meanwhile: only that failure is expected.
+		// The high watermark may have moved down meanwhile (a new role):
+		// only a failure of range is expected.
 		if err := l.DeleteRecordsBefore(off); err != nil {
 			require.ErrorIs(c.t, err, log.ErrOffsetOutOfRange, "DeleteRecordsBefore(%d) on %s", off, tp)
 			continue

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -363,11 +362,7 @@ func (a *responseApplier) endPartition() {
 		// Records the leader deleted (retention, DeleteRecordsBefore)
 		// go here too, durably; only committed ones, which this log
 		// holds as the leader does.
-		err := l.DeleteRecordsBefore(a.start)
-		if errors.Is(err, log.ErrOffsetOutOfRange) && l.LogStartOffset() >= a.start {
-			err = nil // this log's own retention got there first
-		}
-		a.fail(p, err)
+		a.fail(p, l.DeleteRecordsBefore(a.start))
 	}
 }
 
