@@ -207,15 +207,24 @@
 //	             batches x (firstSeq i32 | lastSeq i32 | lastOffset i64 |
 //	                        offsetDelta i32 | timestamp i64)
 //
+// The layout is replog's own, not Kafka's (whose snapshot files share the
+// name and version number): Kafka's tools cannot read it.
+//
 // Open loads the newest valid snapshot at or below the log end (corrupt
-// ones are deleted and the next older one tried) and replays the batches
-// after it. A retried batch (same producer epoch and sequence range as one
+// ones are deleted and the next older one tried), replays the batches
+// after it, and deletes the snapshots that lie at no segment's base
+// offset, but for the newest. A retried batch (same producer epoch and sequence range as one
 // of the producer's last five still in the log) is not written again:
 // Append returns the original offsets with AppendInfo.Duplicate set. When
 // the log start moves (DeleteRecordsBefore, retention), cached batches
 // that end before it are dropped, and the producers left with none
 // (not those a transaction marker left without one: their epoch stays
-// fenced). With
+// fenced); this is Kafka's behaviour before KIP-360, which keeps every
+// producer until it expires. A rebuild (Open after a crash, TruncateTo)
+// applies that drop once, after its replay, so it can differ from the
+// live state: a producer dropped live and then given a marker comes back
+// fenced live, but dropped after a rebuild. Markers are not parsed: no
+// coordinator epoch is checked. With
 // SyncEveryAppend a retry returns once the original is durable.
 //
 // # Checkpoint files

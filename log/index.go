@@ -328,11 +328,17 @@ func (x *index) maxFileBytes(fs vfs.FS) int64 {
 	return (st.Size()/BatchHeaderSize + 2) * int64(x.entrySize)
 }
 
-// maxSnapshotBytes bounds what readWholeFile reads: producer-state
-// snapshots (a 10-byte header and at most 159 bytes per producer id, so
-// about 420,000 producer ids) and checkpoint files. A larger file is
-// reported as corrupt instead of being allocated for.
+// maxSnapshotBytes bounds what readWholeFile reads: checkpoint files,
+// and index files whose segment is unknown. A larger file is reported as
+// corrupt instead of being allocated for.
 const maxSnapshotBytes = 64 << 20
+
+// maxProducerSnapshotBytes bounds a producer-state snapshot that Open or
+// TruncateTo reads: a 10-byte header and at most 159 bytes per producer
+// id, so about 6.7 million producer ids, whose state in memory takes more
+// than that. The encoder has no bound, and a larger snapshot is taken for
+// a corrupt one and deleted (the state is then rebuilt from the log).
+const maxProducerSnapshotBytes = 1 << 30
 
 // readWholeFile reads a small file completely; a missing file is empty. A
 // file of more than maxSnapshotBytes is not read: the error wraps

@@ -89,7 +89,10 @@ type Options struct {
 	// ProducerExpiryCheckInterval and whenever the state is loaded (Open,
 	// TruncateTo); retries of their batches are then no longer recognised.
 	// Timestamps are the batches' own, compared with Now: a log whose
-	// producers write far-past timestamps needs a longer expiration.
+	// producers write far-past timestamps needs a longer expiration. The
+	// newest is the largest of a producer's batches, where Kafka takes its
+	// last batch's: a batch stamped in the future keeps its producer until
+	// that time has passed.
 	ProducerIDExpiration time.Duration
 	// ProducerExpiryCheckInterval is how often the background flusher
 	// looks for expired producer ids (default 10 minutes).

@@ -175,14 +175,20 @@ func (ps *producerState) discard() { ps.staged = ps.staged[:0] }
 // epochs and sequences when check is set (leader appends).
 func (ps *producerState) update(b Batch, check bool) error {
 	pid := b.ProducerID()
-	if !b.hasProducer() {
+	if !b.hasProducer() || b.IsControl() && b.RecordCount() == 0 {
+		// A control batch without its marker (compaction removed it)
+		// changes no producer, as in Kafka.
 		return nil
 	}
 	e := ps.stage(pid)
 	epoch, first := b.ProducerEpoch(), b.BaseSequence()
 	if b.IsControl() {
-		// Transaction markers carry no sequence: only the epoch is checked
-		// and tracked, as Kafka does; they never enter the retry cache.
+		// Transaction markers carry no sequence: only the producer epoch
+		// is checked and tracked; they never enter the retry cache. The
+		// marker record itself is not parsed, so unlike Kafka the log
+		// neither checks its coordinator epoch nor refuses a malformed
+		// one: a transaction coordinator built on it must fence its own
+		// zombies.
 		if check && e.epoch != NoProducerEpoch && epoch < e.epoch {
 			return fmt.Errorf("%w: producer %d marker epoch %d, current %d", ErrProducerFenced, pid, epoch, e.epoch)
 		}

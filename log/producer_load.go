@@ -30,7 +30,7 @@ func (l *Log) loadProducerState(end int64) error {
 	from := l.segments()[0].base
 	snaps := l.snapshots.list()
 	for i := len(snaps) - 1; i >= 0; i-- {
-		data, err := readWholeFile(l.opts.FS, l.snapshotPath(snaps[i]))
+		data, err := readWholeFileMax(l.opts.FS, l.snapshotPath(snaps[i]), maxProducerSnapshotBytes)
 		if err != nil && !errors.Is(err, ErrCorrupt) { // too large to be one: corrupt
 			return err
 		}

@@ -69,3 +69,27 @@ func TestProducerMarkerOnlySameAfterCrashAndCleanReopen(t *testing.T) {
 	defer afterCrash.Close()
 	require.Equal(t, idemState(afterCrash), idemState(clean), "crash recovery and clean reopen disagree on producer 9")
 }
+
+// A control batch with no record (compaction removed its marker) raised
+// the producer's epoch and emptied its retry cache: a follower copying
+// one then fenced the producer's live epoch as leader and forgot its
+// retries. Kafka's ProducerAppendInfo skips such a batch, and so does
+// the log now.
+func TestEmptyControlBatchChangesNoProducer(t *testing.T) {
+	l := idemOpen(t, idemMem(), Options{})
+	b := idemBatch(t, 9, 0, 0, 2, 1000)
+	Batch(b).setBaseOffset(0)
+	_, err := l.AppendAsFollower(append([]byte(nil), b...))
+	require.NoError(t, err)
+	bb := NewBatchBuilder()
+	bb.Reset(BatchOptions{Idempotent: true, ProducerID: 9, ProducerEpoch: 1, BaseSequence: NoSequence, Attributes: attrControl | attrTransactional})
+	empty, err := bb.Build(nil)
+	require.NoError(t, err)
+	Batch(empty).setBaseOffset(2)
+	_, err = l.AppendAsFollower(empty)
+	require.NoError(t, err)
+	require.Equal(t, int16(0), idemState(l)[9].Epoch)
+	info, err := l.Append(append([]byte(nil), b...))
+	require.NoError(t, err)
+	require.True(t, info.Duplicate, "a retry of the epoch-0 batch is still recognised")
+}

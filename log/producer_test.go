@@ -993,7 +993,8 @@ func TestProducerCloseSnapshotDeletedWithItsSegment(t *testing.T) {
 	}
 	require.NoError(t, l.bg.flushRolled())
 	bases := idemSegmentBases(l)
-	require.Subset(t, idemSnapshotFiles(t, fs), closedAt)
+	// Open deletes the older Close snapshots that lie at no segment base.
+	require.Contains(t, idemSnapshotFiles(t, fs), closedAt[len(closedAt)-1])
 	keep := bases[len(bases)-2]
 	require.NoError(t, l.DeleteRecordsBefore(keep))
 	for _, off := range idemSnapshotFiles(t, fs) {
@@ -1235,4 +1236,23 @@ func TestProducerRetryWaitsForTheOriginalsFsync(t *testing.T) {
 	close(release)
 	require.ErrorIs(t, <-origErr, ErrSyncFailed)
 	require.ErrorIs(t, <-retryErr, ErrSyncFailed, "the retry acknowledged records whose fsync failed")
+}
+
+// Every Close writes a snapshot at the log end, inside the active
+// segment; they piled up, each as large as the producer state, until
+// retention deleted the segment. Open now keeps, besides the snapshots at
+// segment bases, only the newest.
+func TestCloseSnapshotsDoNotPileUp(t *testing.T) {
+	fs := idemMem()
+	for i := range 6 {
+		l := idemOpen(t, fs, Options{})
+		idemAppend(t, l, idemBatch(t, 1, 0, int32(i), 1, 1000))
+		require.NoError(t, l.Close())
+	}
+	require.Equal(t, []int64{5, 6}, idemSnapshotFiles(t, fs), "the last Close's, and the one the last Open loaded (deleted at the next)")
+	l := idemOpen(t, fs, Options{})
+	require.Equal(t, int16(0), idemState(l)[1].Epoch)
+	info := idemAppend(t, l, idemBatch(t, 1, 0, 5, 1, 1000))
+	require.True(t, info.Duplicate, "the state came from the newest snapshot")
+	require.NoError(t, l.Close())
 }
