@@ -211,9 +211,11 @@
 // name and version number): Kafka's tools cannot read it.
 //
 // Open loads the newest valid snapshot at or below the log end (corrupt
-// ones are deleted and the next older one tried), replays the batches
-// after it, and deletes the snapshots that lie at no segment's base
-// offset, but for the newest. A retried batch (same producer epoch and sequence range as one
+// ones are deleted and the next older one tried) and replays the batches
+// after it. The snapshots Close writes stay until retention deletes
+// their segment, one per Close, each the size of the producer state: each
+// is the exact state at its offset, which a rebuild after TruncateTo
+// there could not always reproduce (see below). A retried batch (same producer epoch and sequence range as one
 // of the producer's last five still in the log) is not written again:
 // Append returns the original offsets with AppendInfo.Duplicate set. When
 // the log start moves (DeleteRecordsBefore, retention), cached batches

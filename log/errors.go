@@ -20,10 +20,11 @@ var (
 	// or an append (all its batches) larger than a segment.
 	ErrBatchTooLarge = errors.New("replog/log: record batch too large")
 	// ErrOffsetOutOfRange reports an offset outside [LogStartOffset,
-	// LogEndOffset] given to a read (outside [LogStartOffset,
-	// HighWatermark] with ReadOptions.UpToHighWatermark) or to
-	// DeleteRecordsBefore (above HighWatermark after
-	// RetainAboveHighWatermark), or below LogStartOffset given to
+	// LogEndOffset] given to a read (with ReadOptions.UpToHighWatermark
+	// too: between the high watermark and the log end a read returns
+	// nothing), a negative one or one past LogEndOffset given to
+	// DeleteRecordsBefore (past HighWatermark after
+	// RetainAboveHighWatermark), or one below LogStartOffset given to
 	// TruncateTo (at or past the end, TruncateTo does nothing).
 	ErrOffsetOutOfRange = errors.New("replog/log: offset out of range")
 	// ErrClosed reports a call on a closed Log or Reader.

@@ -67,9 +67,6 @@ func (l *Log) load() (err error) {
 	if err := l.loadProducerState(leo); err != nil {
 		return err
 	}
-	if err := l.removeStraySnapshots(); err != nil {
-		return err
-	}
 	// Only now: an Open that refuses damage leaves every file as it was.
 	if err := l.removeObsolete(obsolete); err != nil {
 		return err

@@ -185,32 +185,6 @@ func (l *Log) deleteSnapshot(off int64) error {
 	return nil
 }
 
-// removeStraySnapshots deletes the snapshots named by no segment's base
-// offset, but for the newest: each Close writes one at the log end, and
-// they would pile up, each as large as the whole producer state, until
-// retention deleted the segment they lie in (Kafka's LogLoader removes
-// them the same way). The newest holds the latest state, the others
-// nothing that a segment's snapshot or a replay of the log does not. The
-// directory is fsynced with the next directory change.
-func (l *Log) removeStraySnapshots() error {
-	snaps := l.snapshots.list()
-	if len(snaps) < 2 {
-		return nil
-	}
-	bases := make(map[int64]bool, len(l.segments()))
-	for _, s := range l.segments() {
-		bases[s.base] = true
-	}
-	for _, off := range snaps[:len(snaps)-1] {
-		if !bases[off] {
-			if err := l.deleteSnapshot(off); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // scanSnapshots lists the snapshot files in the directory.
 func (l *Log) scanSnapshots(names []string) {
 	for _, n := range names {

@@ -122,7 +122,7 @@
 // below the leader's log start
 // restarts the follower's log empty at it. The leader's start may lie
 // inside a batch, which it sends whole: a follower's log that is empty,
-// or ends at or below the leader's start, then restarts at that batch
+// or ends exactly at the leader's start, then restarts at that batch
 // (the leader, having deleted the epochs below its start, takes a fetch
 // from its start on trust, so a follower's records below it need not be
 // the leader's; they are deleted on the leader anyway).

@@ -52,11 +52,14 @@ type TCPOptions struct {
 	// more (a request's MaxBytes is lowered to fit). A batch larger than
 	// that alone is never sent: its partition is answered with
 	// CodeRecordTooLarge, and the follower backs off and reports
-	// ErrRecordTooLarge, so keep MaxFrameBytes above the logs'
-	// MaxBatchBytes. A response takes 49 bytes plus its topic name per
-	// partition before any record, so that a fetch of more partitions
-	// than that fits (about 54,000 of 28-byte topic names in 4 MiB) is
-	// answered with ErrFrameTooLarge, whatever MaxRequestBytes allows.
+	// ErrRecordTooLarge. A response takes 20 bytes, plus 49 bytes and the
+	// topic name for each partition of the fetch, before any record: keep
+	// MaxFrameBytes above the logs' MaxBatchBytes by that much for the
+	// largest fetch a follower makes (the defaults, 64 MiB frames and
+	// 8 MiB batches, leave room for about 700,000 partitions). A fetch of
+	// more partitions than the headers alone fit (about 54,000 of 28-byte
+	// topic names in 4 MiB) is answered with ErrFrameTooLarge, whatever
+	// MaxRequestBytes allows.
 	MaxFrameBytes int
 	// MaxRequestBytes is the largest fetch request frame, its header
 	// included, that a server reads and a transport sends (default
