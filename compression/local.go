@@ -102,6 +102,9 @@ func (l *Local) MaxDecompressedSize() int {
 // overwritten. src is not modified and not retained.
 func (l *Local) Decompress(dst, src []byte, c Codec) ([]byte, error) {
 	n := len(dst)
+	if !c.Valid() {
+		return dst, fmt.Errorf("%w: %s", ErrUnknownCodec, c)
+	}
 	if c != None && len(src) == 0 {
 		return dst, fmt.Errorf("%w: %s: empty input", ErrCorrupt, c)
 	}

@@ -107,6 +107,8 @@ func TestDecompressUnknownCodec(t *testing.T) {
 		got, err := l.Decompress([]byte("keep"), []byte("data"), c)
 		require.ErrorIs(t, err, ErrUnknownCodec)
 		assert.Equal(t, "keep", string(got))
+		_, err = l.Decompress(nil, nil, c) // was ErrCorrupt: empty input
+		require.ErrorIs(t, err, ErrUnknownCodec)
 	}
 }
 

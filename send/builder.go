@@ -183,7 +183,9 @@ type span struct {
 //
 // A Builder is not safe for concurrent use. Distinct Builders may be used
 // concurrently, also when they reference the same files: file data is
-// always read at explicit offsets.
+// always read at explicit offsets. A copy of a Builder value shares its
+// buffers, so once a Builder is copied (as when a slice of Builders
+// grows), only one of the two may be used again.
 //
 // On Linux a Builder keeps the socket (or file) it last wrote to, with its
 // raw connection, until it writes to another, so that writing responses
@@ -296,11 +298,11 @@ func (b *Builder) AddCopy(p []byte) {
 // equal to that region's end) is merged with it.
 //
 // AddFile returns ErrInvalidRegion (and adds nothing) for a nil f (or a
-// nil *os.File), a negative off or n, or off+n overflowing int64. Whether the region lies
-// inside the file is checked by WriteTo (ErrRegionPastEOF). An empty region
-// adds nothing.
+// nil pointer in f, such as a nil *os.File), a negative off or n, or
+// off+n overflowing int64. Whether the region lies inside the file is
+// checked by WriteTo (ErrRegionPastEOF). An empty region adds nothing.
 func (b *Builder) AddFile(f io.ReaderAt, off, n int64) error {
-	if osf, ok := f.(*os.File); f == nil || ok && osf == nil || off < 0 || n < 0 || off > maxInt64-n {
+	if isNil(f) || off < 0 || n < 0 || off > maxInt64-n {
 		return fmt.Errorf("%w: offset %d length %d", ErrInvalidRegion, off, n)
 	}
 	if n == 0 {
@@ -337,6 +339,18 @@ func vecLen(bufs [][]byte) int64 {
 		n += int64(len(p))
 	}
 	return n
+}
+
+// isNil reports whether f is nil or holds a nil pointer.
+func isNil(f io.ReaderAt) bool {
+	if osf, ok := f.(*os.File); ok {
+		return osf == nil
+	}
+	if f == nil {
+		return true
+	}
+	v := reflect.ValueOf(f)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // sameFile reports whether a and b are the same value, without panicking
@@ -376,11 +390,11 @@ func sameFile(a, b io.ReaderAt) bool {
 // ErrShortWrite. A nil w is an error, with nothing written.
 func (b *Builder) WriteTo(w io.Writer) (int64, error) {
 	b.options()
-	if len(b.parts) == 0 {
-		return 0, nil
-	}
 	if w == nil {
 		return 0, errors.New("send: WriteTo a nil writer")
+	}
+	if len(b.parts) == 0 {
+		return 0, nil
 	}
 	n, handled, err := b.writeFast(w)
 	if !handled {

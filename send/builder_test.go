@@ -204,7 +204,8 @@ func TestAddFileInvalid(t *testing.T) {
 		off, n int64
 	}{
 		{"nil file", nil, 0, 1},
-		{"nil *os.File", (*os.File)(nil), 0, 1}, // was added, failing at WriteTo
+		{"nil *os.File", (*os.File)(nil), 0, 1},           // was added, failing at WriteTo
+		{"nil *bytes.Reader", (*bytes.Reader)(nil), 0, 1}, // was added, WriteTo panicked
 		{"negative offset", f, -1, 1},
 		{"negative length", f, 0, -1},
 		{"overflow", f, 1 << 62, 1<<62 + 1<<61 + 1<<60},
@@ -224,6 +225,9 @@ func TestAddFileInvalid(t *testing.T) {
 	n, err := b.WriteTo(nil) // panicked
 	require.Error(t, err)
 	assert.Zero(t, n)
+	b.Reset()
+	_, err = b.WriteTo(nil)
+	require.Error(t, err, "an empty Builder too")
 }
 
 // failingReaderAt returns err once a read reaches offset failAt.
