@@ -416,3 +416,19 @@ func TestEpochRewriteDirSyncFailure(t *testing.T) {
 		})
 	}
 }
+
+// Once the append after a failed one rewrote the leader-epoch file
+// (epochsUnsaved), later appends no longer rewrite it: with the file's
+// temporary unwritable again (a full disk), appends of the epoch in place
+// still succeed.
+func TestSavedEpochsAreNotRewrittenByLaterAppends(t *testing.T) {
+	mem := vfs.NewMem()
+	l, diskFull := openWithUnsavedEpoch(t, mem, true, nil)
+	diskFull.Store(false)
+	_, err := l.AppendAsFollower(followerBatch(t, 2, 3, 1)) // rewrites the file, then writes
+	require.NoError(t, err)
+	diskFull.Store(true) // the epoch file's temporary cannot be created now
+	_, err = l.AppendAsFollower(followerBatch(t, 5, 3, 1))
+	require.NoError(t, err, "an append at the current epoch rewrote the epoch file")
+	require.NoError(t, l.Close())
+}

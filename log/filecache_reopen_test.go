@@ -316,3 +316,38 @@ func TestSyncEveryMessagesOwedAfterAReopenFailure(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(3), a.DurableOffset(), "the append after the failed fsync did not fsync")
 }
+
+// The durability contract names EMFILE, ENFILE and ENOMEM as the reopen
+// failures that fail only the call, not the log; only EMFILE was tested.
+func TestReopenENFILEAndENOMEMAreTransient(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENFILE, syscall.ENOMEM} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			var fails atomic.Int32
+			seg := "/a/" + segmentName(0) + logSuffix
+			fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+				if op.Kind == vfs.OpOpen && strings.HasSuffix(op.Path, seg) && fails.Add(-1) >= 0 {
+					return vfs.Fault{Err: errno}
+				}
+				return vfs.Fault{}
+			}))
+			opts := ManagerOptions{Log: Options{FS: fs}, MaxOpenFiles: 1, CheckpointInterval: time.Hour}
+			m, logs := managerWithLogs(t, opts, "a", "b")
+			a, b := logs[0], logs[1]
+			_, err := a.Append(buildBatch(t, 2, 10, 1))
+			require.NoError(t, err)
+			_, err = b.Append(buildBatch(t, 1, 10, 1)) // evicts a's file
+			require.NoError(t, err)
+			m.files.mu.Lock()
+			evicted := a.active().file.(*cachedFile).f == nil
+			m.files.mu.Unlock()
+			require.True(t, evicted)
+			fails.Store(1)
+			err = a.Sync()
+			require.ErrorIs(t, err, errno)
+			require.NotErrorIs(t, err, ErrSyncFailed, "a reopen failure for want of descriptors or memory failed the log")
+			require.False(t, a.Stats().Failed)
+			require.NoError(t, a.Sync(), "the file opens again")
+			require.Equal(t, int64(2), a.DurableOffset())
+		})
+	}
+}

@@ -304,3 +304,51 @@ func TestProduceRefusesTransactionalBatches(t *testing.T) {
 			got.ErrorCode, errInvalidRecord, b.partition("txn", 0).log.LogEndOffset())
 	}
 }
+
+// The edges of Kafka's nextBatchSize that TestProduceRecordsChecks does
+// not reach: a negative magic is CORRUPT_MESSAGE (Kafka: magic < 0 ||
+// magic > 2 throws); after a whole batch, 12 bytes claiming the minimum
+// length 14 (RECORD_OVERHEAD_V0, not corrupt) and exactly 16 bytes (one
+// short of the magic: too little to tell) are not a batch, and the first
+// batch is stored.
+func TestProduceFramingBoundaries(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	if code := b.createTopic("edges", 1); code != errNone {
+		t.Fatal(code)
+	}
+	rc := dial(t, b)
+	good := bigBatch(t, 20)
+	l := b.partition("edges", 0).log
+
+	negMagic := bytes.Clone(good)
+	negMagic[16] = 0xff // -1
+	if got := produceRecordsAt(t, rc, 8, "edges", negMagic).ErrorCode; got != errCorruptMessage {
+		t.Errorf("magic -1: error %d, want %d (CORRUPT_MESSAGE)", got, errCorruptMessage)
+	}
+	if end := l.LogEndOffset(); end != 0 {
+		t.Fatalf("magic -1: the log end moved to %d", end)
+	}
+
+	minLength := make([]byte, 12)
+	binary.BigEndian.PutUint32(minLength[8:], 14)
+	for _, tc := range []struct {
+		name string
+		tail []byte
+	}{
+		{"12 bytes claiming length 14", minLength},
+		{"16 bytes of a batch", good[:16]},
+	} {
+		end := l.LogEndOffset()
+		if got := produceRecordsAt(t, rc, 8, "edges", append(bytes.Clone(good), tc.tail...)).ErrorCode; got != errNone {
+			t.Errorf("a batch, then %s: error %d, want 0 (Kafka stores the batch)", tc.name, got)
+			continue
+		}
+		stored, err := l.Read(nil, end, replog.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stored) != len(good) {
+			t.Errorf("a batch, then %s: stored %d bytes, want the batch's %d", tc.name, len(stored), len(good))
+		}
+	}
+}
