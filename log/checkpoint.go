@@ -119,7 +119,7 @@ func replaceFile(fs vfs.FS, path string, data []byte) error {
 	tmp := path + tmpSuffix
 	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return err
+		return openErr(err)
 	}
 	_, err = f.WriteAt(data, 0)
 	if err == nil {

@@ -79,9 +79,11 @@
 //     append's write or a Sync's fsync: nothing reached the file and no
 //     fsync ran, so the append or Sync returns that error, the Log stays
 //     usable, and a pending roll flush is tried again a second later
-//     (unless it protects a follower's gap: then the Log fails). Other
-//     open failures, and those of truncations, index, snapshot and
-//     checkpoint files, which are not cached, fail the Log.
+//     (unless it protects a follower's gap: then the Log fails). So is a
+//     roll flush, or a Close, that cannot open an index or snapshot file
+//     for the same reasons: the flush is tried again, and a Close leaves
+//     no clean-shutdown marker. Other open failures, and those of
+//     truncations and checkpoint files, fail the Log.
 //   - Open after a clean Close reads no segment data (it trusts the
 //     clean-shutdown marker only if the active segment's size and index
 //     files agree with it; see "Index files").

@@ -212,6 +212,16 @@ func (e *reopenError) Is(target error) bool { return target == errReopen }
 // append path).
 var errReopen = errors.New("replog/log: reopen segment file")
 
+// openErr is the error of an open that did nothing: a reopenError for a
+// shortage that passes (transientOpenError), so that a caller that would
+// fail the log for a write error retries instead.
+func openErr(err error) error {
+	if transientOpenError(err) {
+		return &reopenError{err: err}
+	}
+	return err
+}
+
 // transientOpenError reports whether an open failed for want of
 // descriptors (the process's or the system's) or kernel memory.
 func transientOpenError(err error) bool {

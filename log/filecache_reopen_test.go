@@ -351,3 +351,35 @@ func TestReopenENFILEAndENOMEMAreTransient(t *testing.T) {
 		})
 	}
 }
+
+// A roll flush whose index (or snapshot) file could not be opened for
+// want of descriptors failed the log for good: the open wrote nothing,
+// and the flush is now tried again later, as when its segment file could
+// not be reopened.
+func TestRollFlushRetriesAnIndexOpenUnderEMFILE(t *testing.T) {
+	var on atomic.Bool
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if on.Load() && op.Kind == vfs.OpOpen && strings.HasPrefix(op.Path, "/data/e/") &&
+			(strings.HasSuffix(op.Path, indexSuffix) || strings.Contains(op.Path, snapshotSuffix)) {
+			return vfs.Fault{Err: syscall.EMFILE}
+		}
+		return vfs.Fault{}
+	}))
+	opts := ManagerOptions{Log: Options{FS: fs, SegmentBytes: 1 << 10, IndexIntervalBytes: 256}, MaxOpenFiles: 4, CheckpointInterval: time.Hour}
+	_, logs := managerWithLogs(t, opts, "e")
+	l := logs[0]
+	on.Store(true)
+	for l.Stats().Rolls < 3 {
+		_, err := l.Append(buildBatch(t, 2, 100, 1))
+		require.NoError(t, err)
+	}
+	err := l.bg.flushRolled() // what the flusher runs, now or a second later
+	require.ErrorIs(t, err, syscall.EMFILE, "the roll flush cannot open the index files")
+	require.False(t, l.Stats().Failed)
+	_, err = l.Append(buildBatch(t, 2, 100, 1))
+	require.NoError(t, err)
+	require.NoError(t, l.Sync())
+	on.Store(false)
+	require.NoError(t, l.bg.flushRolled(), "the flush is tried again")
+	require.Equal(t, l.active().base, l.RecoveryPoint())
+}

@@ -277,7 +277,7 @@ func (f *flusher) flushRolled() error {
 		// every roll.
 		l.releasePreallocated(s, max(64<<10, l.opts.PreallocateBytes/16))
 		if err := s.flushIndexes(true); err != nil {
-			return l.fail(err)
+			return l.failUnlessReopen(err)
 		}
 		if err := l.syncSegment(s); err != nil {
 			return err
@@ -285,7 +285,7 @@ func (f *flusher) flushRolled() error {
 		// The snapshot only after its segment's data is durable, so a
 		// snapshot never reflects batches a crash could lose.
 		if err := l.writeSnapshot(r.snapOff, r.snap); err != nil {
-			return l.fail(err)
+			return l.failUnlessReopen(err)
 		}
 	}
 	if err := l.syncDirIfDirty(); err != nil {

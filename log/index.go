@@ -158,7 +158,7 @@ func (x *index) flush(fs vfs.FS, sync bool) error {
 
 	f, err := fs.OpenFile(x.path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return err
+		return openErr(err)
 	}
 	_, err = f.WriteAt(data, int64(from))
 	if err == nil && dirty {

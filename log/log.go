@@ -298,6 +298,16 @@ func (l *Log) Close() error {
 // log closes. WaitForData needs no such help: it returns ErrClosed.
 func (l *Log) Closing() <-chan struct{} { return l.closing }
 
+// failUnlessReopen fails the log with err, unless err is a reopenError:
+// an open for want of descriptors that wrote nothing, which a retry may
+// get past.
+func (l *Log) failUnlessReopen(err error) error {
+	if isReopenError(err) {
+		return err
+	}
+	return l.fail(err)
+}
+
 func (l *Log) failedErr() error {
 	if p := l.failed.Load(); p != nil {
 		return *p
@@ -327,7 +337,7 @@ func (l *Log) cleanShutdown() error {
 	}
 	for _, s := range l.segments() {
 		if err := s.flushIndexes(true); err != nil {
-			return l.fail(err)
+			return l.failUnlessReopen(err) // no marker: the next Open recovers
 		}
 	}
 	if err := l.opts.FS.SyncDir(l.dir); err != nil {
@@ -335,7 +345,7 @@ func (l *Log) cleanShutdown() error {
 	}
 	leo := l.leo.Load()
 	if err := l.writeSnapshot(leo, encodeSnapshot(nil, l.producers)); err != nil {
-		return l.fail(err)
+		return l.failUnlessReopen(err)
 	}
 	if err := l.opts.FS.SyncDir(l.dir); err != nil {
 		return l.fail(err)

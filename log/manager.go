@@ -32,11 +32,14 @@ var (
 	ErrInvalidLogName = errors.New("replog/log: invalid log name")
 )
 
+// maxLogName is the longest log name: a directory name.
+const maxLogName = 255
+
 // validLogName reports whether name can name a log (a directory name,
 // usually Kafka's "topic-partition"): 1 to 255 of [A-Za-z0-9._-], not
 // "." or "..".
 func validLogName(name string) bool {
-	if len(name) == 0 || len(name) > 255 || name == "." || name == ".." {
+	if len(name) == 0 || len(name) > maxLogName || name == "." || name == ".." {
 		return false
 	}
 	for _, c := range []byte(name) {
@@ -328,8 +331,16 @@ func (m *Manager) Dir() string { return m.dir }
 
 // Create creates and opens a new, empty log called name. After Close it
 // fails with ErrClosed.
+//
+// Names are compared without regard to case: on a case-insensitive
+// filesystem (macOS, Windows) two names that differ in case only are one
+// directory, so Create refuses a name that differs in case only from a
+// log's (ErrLogExists) or from one of the Manager's own entries
+// (ErrInvalidLogName), and one longer than 247 bytes (a deleted log's
+// directory takes 8 bytes more, and names are at most 255). If the new
+// log cannot be opened, its directory is removed again.
 func (m *Manager) Create(name string) (*Log, error) {
-	if !validLogName(name) || reservedName(name) {
+	if !validLogName(name) || reservedName(strings.ToLower(name)) || len(name) > maxLogName-len(deletedDirSuffix) {
 		return nil, fmt.Errorf("%w %q", ErrInvalidLogName, name)
 	}
 	m.mu.Lock()
@@ -337,9 +348,9 @@ func (m *Manager) Create(name string) (*Log, error) {
 		m.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if _, ok := m.logs[name]; ok || m.busy[name] || m.undeleted[name] {
+	if other, ok := m.sameNameLocked(name); ok {
 		m.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", ErrLogExists, name)
+		return nil, fmt.Errorf("%w: %s (%s)", ErrLogExists, name, other)
 	}
 	// Open runs outside mu (it fsyncs), so that creating one log does not
 	// hold up Get, Names, Stats and other Creates. A Close meanwhile
@@ -361,6 +372,27 @@ func (m *Manager) Create(name string) (*Log, error) {
 	return l, nil
 }
 
+// sameNameLocked returns the name of a log, being created, or not fully
+// deleted, equal to name without regard to case. Callers hold m.mu.
+func (m *Manager) sameNameLocked(name string) (string, bool) {
+	for _, names := range []map[string]bool{m.busy, m.undeleted} {
+		for n, ok := range names {
+			if ok && strings.EqualFold(n, name) {
+				return n, true
+			}
+		}
+	}
+	if _, ok := m.logs[name]; ok {
+		return name, true
+	}
+	for n := range m.logs {
+		if strings.EqualFold(n, name) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
 func (m *Manager) create(name string) (*Log, error) {
 	dir := filepath.Join(m.dir, name)
 	// A recovery point kept for the name belongs to a deleted log (one
@@ -375,8 +407,16 @@ func (m *Manager) create(name string) (*Log, error) {
 			return nil, err
 		}
 	}
+	_, statErr := m.opts.Log.FS.Stat(dir)
 	// Open makes the new directory's entry durable (it syncs m.dir).
-	return Open(dir, m.logOptions())
+	l, err := Open(dir, m.logOptions())
+	if err != nil && errors.Is(statErr, os.ErrNotExist) {
+		// Not left for the next OpenManager to take for a log.
+		if rerr := m.opts.Log.FS.RemoveAll(dir); rerr == nil {
+			_ = m.opts.Log.FS.SyncDir(m.dir)
+		}
+	}
+	return l, err
 }
 
 // Get returns the open log called name.

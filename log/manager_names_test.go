@@ -1,7 +1,10 @@
 package log
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -90,4 +93,88 @@ func TestManagerOpenFailsOnAStatError(t *testing.T) {
 	l, ok := m.Get("orders-0")
 	require.True(t, ok)
 	require.Equal(t, int64(2), l.LogEndOffset())
+}
+
+// foldFS is a case-insensitive filesystem (macOS APFS, Windows NTFS by
+// default), simulated by folding every path to lower case.
+type foldFS struct{ vfs.FS }
+
+func (f foldFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	return f.FS.OpenFile(strings.ToLower(name), flag, perm)
+}
+func (f foldFS) Remove(name string) error    { return f.FS.Remove(strings.ToLower(name)) }
+func (f foldFS) RemoveAll(name string) error { return f.FS.RemoveAll(strings.ToLower(name)) }
+func (f foldFS) Rename(a, b string) error    { return f.FS.Rename(strings.ToLower(a), strings.ToLower(b)) }
+func (f foldFS) MkdirAll(d string, p os.FileMode) error {
+	return f.FS.MkdirAll(strings.ToLower(d), p)
+}
+func (f foldFS) ReadDir(d string) ([]string, error)    { return f.FS.ReadDir(strings.ToLower(d)) }
+func (f foldFS) Stat(name string) (os.FileInfo, error) { return f.FS.Stat(strings.ToLower(name)) }
+func (f foldFS) SyncDir(d string) error                { return f.FS.SyncDir(strings.ToLower(d)) }
+
+// On a case-insensitive filesystem "Orders-0" and "orders-0" are one
+// directory: Create took both, and two Logs wrote the same segment file,
+// overwriting synced batches. "a.Deleted" was a valid name, whose
+// directory Delete("a") removed (it clears "a.deleted" first).
+func TestManagerNamesDifferingInCaseOnly(t *testing.T) {
+	fsys := foldFS{vfs.NewMem()}
+	m, err := OpenManager("/d", ManagerOptions{Log: Options{FS: fsys}})
+	require.NoError(t, err)
+	up, err := m.Create("Orders-0")
+	require.NoError(t, err)
+	_, err = up.Append(testBatch(t, 1))
+	require.NoError(t, err)
+	_, err = m.Create("orders-0")
+	require.ErrorIs(t, err, ErrLogExists)
+	for _, name := range []string{"a.Deleted", "A.DELETED", "Clean-Shutdown"} {
+		_, err = m.Create(name)
+		require.ErrorIs(t, err, ErrInvalidLogName, name)
+	}
+	require.NoError(t, m.Close())
+}
+
+// Delete renames a log's directory to "<name>.deleted", 8 bytes longer,
+// which a name of 248 to 255 bytes cannot take (NAME_MAX 255): Create took
+// such a name, and its log could never be deleted.
+func TestManagerRefusesNamesTooLongToDelete(t *testing.T) {
+	m, err := OpenManager(t.TempDir(), ManagerOptions{Log: Options{FS: noSyncFS{vfs.Default}}})
+	require.NoError(t, err)
+	_, err = m.Create(strings.Repeat("n", 248))
+	require.ErrorIs(t, err, ErrInvalidLogName)
+	name := strings.Repeat("n", 247)
+	l, err := m.Create(name)
+	require.NoError(t, err)
+	_, err = l.Append(testBatch(t, 0))
+	require.NoError(t, err)
+	require.NoError(t, m.Delete(name))
+	_, err = m.Create(name)
+	require.NoError(t, err, "the name is free again after Delete")
+	require.NoError(t, m.Close())
+}
+
+// A Create whose Open failed left the new directory, which the next
+// OpenManager opened as a log.
+func TestFailedCreateLeavesNoLog(t *testing.T) {
+	var on atomic.Bool
+	efs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if on.Load() && op.Kind == vfs.OpOpen && strings.HasPrefix(op.Path, "/d/ghost/") {
+			return vfs.Fault{Err: syscall.EMFILE}
+		}
+		return vfs.Fault{}
+	}))
+	o := ManagerOptions{Log: Options{FS: efs}}
+	m, err := OpenManager("/d", o)
+	require.NoError(t, err)
+	on.Store(true)
+	_, err = m.Create("ghost")
+	require.ErrorIs(t, err, syscall.EMFILE)
+	on.Store(false)
+	require.Empty(t, m.Names())
+	require.NoError(t, m.Close())
+	m, err = OpenManager("/d", o)
+	require.NoError(t, err)
+	require.Empty(t, m.Names(), "a log whose Create failed")
+	_, err = m.Create("ghost")
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
 }
