@@ -383,3 +383,61 @@ func TestRollFlushRetriesAnIndexOpenUnderEMFILE(t *testing.T) {
 	require.NoError(t, l.bg.flushRolled(), "the flush is tried again")
 	require.Equal(t, l.active().base, l.RecoveryPoint())
 }
+
+// emfileOn fails with EMFILE every open of an index, time index or
+// snapshot file (or a snapshot's temporary) while on is set.
+func emfileOn(inner vfs.FS, on *atomic.Bool, snapshotsOnly bool) *vfs.ErrorFS {
+	return vfs.NewErrorFS(inner, vfs.InjectorFunc(func(op vfs.Op) vfs.Fault {
+		if !on.Load() || op.Kind != vfs.OpOpen {
+			return vfs.Fault{}
+		}
+		idx := strings.HasSuffix(op.Path, indexSuffix) || strings.HasSuffix(op.Path, timeIndexSuffix)
+		snap := strings.Contains(op.Path, snapshotSuffix)
+		if snap || (idx && !snapshotsOnly) {
+			return vfs.Fault{Err: syscall.EMFILE}
+		}
+		return vfs.Fault{}
+	}))
+}
+
+// The snapshot half of a roll flush retried after an open under EMFILE:
+// the recovery point stays until the snapshot is written, and a crash
+// after the retry recovers the log and its producer state.
+func TestRollFlushRetriesASnapshotOpenUnderEMFILE(t *testing.T) {
+	mem := vfs.NewMem()
+	var on atomic.Bool
+	fs := emfileOn(mem, &on, true)
+	opts := Options{FS: fs, SegmentBytes: 1 << 10, IndexIntervalBytes: 128, ProducerIDExpiration: neverExpire}
+	l, err := Open("/c", opts)
+	require.NoError(t, err)
+	defer l.Close()
+	seq := int32(0)
+	var sent [][]byte
+	on.Store(true)
+	for l.Stats().Rolls < 3 {
+		b := idemBatch(t, 9, 0, seq, 3, 1000+int64(seq))
+		_, err := l.Append(b)
+		require.NoError(t, err)
+		sent = append(sent, b)
+		seq += 3
+	}
+	rp := l.RecoveryPoint()
+	err = l.bg.flushRolled()
+	require.ErrorIs(t, err, syscall.EMFILE)
+	require.False(t, l.Stats().Failed)
+	require.Equal(t, rp, l.RecoveryPoint(), "recovery point moved past a segment whose snapshot was not written")
+	on.Store(false)
+	require.NoError(t, l.bg.flushRolled())
+	require.Equal(t, l.active().base, l.RecoveryPoint())
+	_, err = mem.Stat(l.snapshotPath(l.RecoveryPoint()))
+	require.NoError(t, err, "no snapshot at the recovery point")
+	require.NoError(t, l.Sync())
+	img := mem.CrashClone(vfs.CrashOptions{Seed: 1})
+	opts.FS = img
+	l2, err := Open("/c", opts)
+	require.NoError(t, err)
+	defer l2.Close()
+	require.Equal(t, len(sent), len(readAllBatches(t, l2)))
+	_, err = l2.Append(idemBatch(t, 9, 0, seq, 3, 5000))
+	require.NoError(t, err)
+}

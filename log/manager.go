@@ -340,7 +340,7 @@ func (m *Manager) Dir() string { return m.dir }
 // directory takes 8 bytes more, and names are at most 255). If the new
 // log cannot be opened, its directory is removed again.
 func (m *Manager) Create(name string) (*Log, error) {
-	if !validLogName(name) || reservedName(strings.ToLower(name)) || len(name) > maxLogName-len(deletedDirSuffix) {
+	if !creatableName(name) {
 		return nil, fmt.Errorf("%w %q", ErrInvalidLogName, name)
 	}
 	m.mu.Lock()
@@ -370,6 +370,13 @@ func (m *Manager) Create(name string) (*Log, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// creatableName reports whether Create takes name: a valid name that
+// differs, even in case only, from the Manager's own entries, and short
+// enough for its deleted directory's name.
+func creatableName(name string) bool {
+	return validLogName(name) && !reservedName(strings.ToLower(name)) && len(name) <= maxLogName-len(deletedDirSuffix)
 }
 
 // sameNameLocked returns the name of a log, being created, or not fully
@@ -445,7 +452,11 @@ func (m *Manager) Names() []string {
 // the log's recovery point are durably gone, the name stays taken (Create
 // fails with ErrLogExists) and Delete may be called again to finish.
 // A name no log has is ErrNoSuchLog, or ErrInvalidLogName if Create would
-// refuse it. After Close it fails with ErrClosed.
+// refuse it. A log of a name Create refuses, made by an older version,
+// cannot be deleted if the name is longer than 247 bytes or its deleted
+// directory's name is another log's without regard to case: Delete fails
+// with ErrInvalidLogName and leaves the log open. After Close it fails
+// with ErrClosed.
 func (m *Manager) Delete(name string) error {
 	m.mu.Lock()
 	if m.closed {
@@ -456,10 +467,22 @@ func (m *Manager) Delete(name string) error {
 	retry := m.undeleted[name] && !m.busy[name]
 	if !ok && !retry {
 		m.mu.Unlock()
-		if !validLogName(name) || reservedName(name) {
+		if !creatableName(name) {
 			return fmt.Errorf("%w %q", ErrInvalidLogName, name)
 		}
 		return fmt.Errorf("%w: %q", ErrNoSuchLog, name)
+	}
+	// A log of a name Create no longer takes (made by an older version):
+	// its deleted directory's name would be too long, or, on a
+	// case-insensitive filesystem, another log's directory, which the
+	// removal of a leftover would destroy. Refused before the log closes.
+	if len(name) > maxLogName-len(deletedDirSuffix) {
+		m.mu.Unlock()
+		return fmt.Errorf("%w %q: too long to delete (at most %d bytes)", ErrInvalidLogName, name, maxLogName-len(deletedDirSuffix))
+	}
+	if other, clash := m.sameNameLocked(name + deletedDirSuffix); clash {
+		m.mu.Unlock()
+		return fmt.Errorf("%w %q: its deleted directory's name is that of log %q", ErrInvalidLogName, name, other)
 	}
 	delete(m.logs, name)
 	// Create fails with ErrLogExists until the directory is gone: it

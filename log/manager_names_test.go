@@ -178,3 +178,125 @@ func TestFailedCreateLeavesNoLog(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
 }
+
+// Names Create refuses are ErrInvalidLogName for Delete too, as its doc
+// says (they were ErrNoSuchLog).
+func TestManagerDeleteRefusesWhatCreateRefuses(t *testing.T) {
+	m, err := OpenManager("/d", ManagerOptions{Log: Options{FS: vfs.NewMem()}, CheckpointInterval: time.Hour})
+	require.NoError(t, err)
+	defer m.Close()
+	for _, name := range []string{strings.Repeat("y", 250), "a.DELETED", "Clean-Shutdown"} {
+		_, err := m.Create(name)
+		require.ErrorIs(t, err, ErrInvalidLogName, name)
+		require.ErrorIs(t, m.Delete(name), ErrInvalidLogName, name)
+	}
+}
+
+// A log of 248 to 255 bytes, made before Create refused such names, could
+// not be deleted (its deleted directory's name is too long), and Delete
+// had closed it first, taking it offline until a restart. Delete now
+// refuses it up front, and the log stays open.
+func TestManagerDeleteRefusesALegacyLongNameUpFront(t *testing.T) {
+	dir := t.TempDir()
+	name := strings.Repeat("x", 250)
+	l, err := Open(filepath.Join(dir, name), Options{})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	m, err := OpenManager(dir, ManagerOptions{CheckpointInterval: time.Hour})
+	require.NoError(t, err)
+	defer m.Close()
+	require.ErrorIs(t, m.Delete(name), ErrInvalidLogName)
+	l, ok := m.Get(name)
+	require.True(t, ok, "the log stays")
+	_, err = l.Append(testBatch(t, 1))
+	require.NoError(t, err)
+}
+
+// On a case-insensitive filesystem, Delete("a") clears a leftover
+// "a.deleted" first, which is the directory of a log "a.Deleted" made
+// before Create refused such names: Delete destroyed that live log.
+// Delete now refuses "a" while such a log exists.
+func TestManagerDeleteKeepsALogNamedLikeItsDeletedDirectory(t *testing.T) {
+	fsys := &presFS{FS: vfs.NewMem(), names: map[string]string{}}
+	for _, n := range []string{"a", "a.Deleted"} { // made by an older version
+		l, err := Open("/m/"+n, Options{FS: fsys})
+		require.NoError(t, err)
+		_, err = l.Append(testBatch(t, 1))
+		require.NoError(t, err)
+		require.NoError(t, l.Close())
+	}
+	m, err := OpenManager("/m", ManagerOptions{Log: Options{FS: fsys}, CheckpointInterval: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "a.Deleted"}, m.Names())
+	require.ErrorIs(t, m.Delete("a"), ErrInvalidLogName)
+	require.Equal(t, []string{"a", "a.Deleted"}, m.Names())
+	_, err = fsys.Stat("/m/a.Deleted/" + segmentName(0) + logSuffix)
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+}
+
+// presFS is a case-insensitive, case-preserving filesystem (macOS APFS,
+// Windows NTFS): paths are folded to lower case, but ReadDir returns the
+// names as first created.
+type presFS struct {
+	vfs.FS
+	names map[string]string // folded path -> name as created
+}
+
+func (f *presFS) note(p string) {
+	k := strings.ToLower(p)
+	if _, ok := f.names[k]; !ok {
+		f.names[k] = filepath.Base(p)
+	}
+}
+func (f *presFS) forget(p string) {
+	k := strings.ToLower(p)
+	for n := range f.names {
+		if n == k || strings.HasPrefix(n, k+"/") {
+			delete(f.names, n)
+		}
+	}
+}
+func (f *presFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	fl, err := f.FS.OpenFile(strings.ToLower(name), flag, perm)
+	if err == nil {
+		f.note(name)
+	}
+	return fl, err
+}
+func (f *presFS) Remove(name string) error {
+	f.forget(name)
+	return f.FS.Remove(strings.ToLower(name))
+}
+func (f *presFS) RemoveAll(name string) error {
+	f.forget(name)
+	return f.FS.RemoveAll(strings.ToLower(name))
+}
+func (f *presFS) Rename(a, b string) error {
+	err := f.FS.Rename(strings.ToLower(a), strings.ToLower(b))
+	if err == nil {
+		f.forget(a)
+		f.note(b)
+	}
+	return err
+}
+func (f *presFS) MkdirAll(d string, p os.FileMode) error {
+	err := f.FS.MkdirAll(strings.ToLower(d), p)
+	if err == nil {
+		for q := d; q != "/" && q != "."; q = filepath.Dir(q) {
+			f.note(q)
+		}
+	}
+	return err
+}
+func (f *presFS) ReadDir(d string) ([]string, error) {
+	ns, err := f.FS.ReadDir(strings.ToLower(d))
+	for i, n := range ns {
+		if c, ok := f.names[strings.ToLower(filepath.Join(d, n))]; ok {
+			ns[i] = c
+		}
+	}
+	return ns, err
+}
+func (f *presFS) Stat(name string) (os.FileInfo, error) { return f.FS.Stat(strings.ToLower(name)) }
+func (f *presFS) SyncDir(d string) error                { return f.FS.SyncDir(strings.ToLower(d)) }

@@ -298,7 +298,8 @@ func (b *Builder) AddCopy(p []byte) {
 // equal to that region's end) is merged with it.
 //
 // AddFile returns ErrInvalidRegion (and adds nothing) for a nil f (or a
-// nil pointer in f, such as a nil *os.File), a negative off or n, or
+// nil pointer, func or channel in f, such as a nil *os.File), a negative
+// off or n, or
 // off+n overflowing int64. Whether the region lies inside the file is
 // checked by WriteTo (ErrRegionPastEOF). An empty region adds nothing.
 func (b *Builder) AddFile(f io.ReaderAt, off, n int64) error {
@@ -341,16 +342,22 @@ func vecLen(bufs [][]byte) int64 {
 	return n
 }
 
-// isNil reports whether f is nil or holds a nil pointer.
-func isNil(f io.ReaderAt) bool {
-	if osf, ok := f.(*os.File); ok {
-		return osf == nil
-	}
-	if f == nil {
+// isNil reports whether f is nil or holds a nil pointer, func or
+// channel (nil maps and slices have methods that work).
+func isNil(f any) bool {
+	switch f := f.(type) {
+	case *os.File:
+		return f == nil
+	case *net.TCPConn:
+		return f == nil
+	case nil:
 		return true
 	}
-	v := reflect.ValueOf(f)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	switch v := reflect.ValueOf(f); v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		return v.IsNil()
+	}
+	return false
 }
 
 // sameFile reports whether a and b are the same value, without panicking
@@ -390,7 +397,7 @@ func sameFile(a, b io.ReaderAt) bool {
 // ErrShortWrite. A nil w is an error, with nothing written.
 func (b *Builder) WriteTo(w io.Writer) (int64, error) {
 	b.options()
-	if w == nil {
+	if isNil(w) {
 		return 0, errors.New("send: WriteTo a nil writer")
 	}
 	if len(b.parts) == 0 {

@@ -206,6 +206,7 @@ func TestAddFileInvalid(t *testing.T) {
 		{"nil file", nil, 0, 1},
 		{"nil *os.File", (*os.File)(nil), 0, 1},           // was added, failing at WriteTo
 		{"nil *bytes.Reader", (*bytes.Reader)(nil), 0, 1}, // was added, WriteTo panicked
+		{"nil func", readerAtFunc(nil), 0, 1},             // the same
 		{"negative offset", f, -1, 1},
 		{"negative length", f, 0, -1},
 		{"overflow", f, 1 << 62, 1<<62 + 1<<61 + 1<<60},
@@ -228,7 +229,16 @@ func TestAddFileInvalid(t *testing.T) {
 	b.Reset()
 	_, err = b.WriteTo(nil)
 	require.Error(t, err, "an empty Builder too")
+	b.AddBytes([]byte("x"))
+	var typedNil *bytes.Buffer
+	_, err = b.WriteTo(typedNil) // panicked
+	require.Error(t, err, "a nil pointer as the writer")
 }
+
+// readerAtFunc is a function type implementing io.ReaderAt.
+type readerAtFunc func(p []byte, off int64) (int, error)
+
+func (f readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
 
 // failingReaderAt returns err once a read reaches offset failAt.
 type failingReaderAt struct {
