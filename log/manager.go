@@ -119,7 +119,11 @@ type Manager struct {
 
 	mu   sync.Mutex
 	logs map[string]*Log
-	busy map[string]bool // names being created or deleted, outside mu
+	// folded counts the logs by name in lower case, for Create's check
+	// of names that differ in case only (two such logs may exist, made
+	// by an older version on a case-sensitive filesystem).
+	folded map[string]int
+	busy   map[string]bool // names being created or deleted, outside mu
 	// undeleted are closed logs whose Delete failed before their
 	// directory and recovery point were durably gone: Delete retries,
 	// Create refuses (it would open the old data).
@@ -161,7 +165,7 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 	if err := mkdirDurable(fs, dir); err != nil {
 		return nil, err
 	}
-	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{},
+	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{}, folded: map[string]int{},
 		busy: map[string]bool{}, undeleted: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{}), closeDone: make(chan struct{})}
 	m.rp = newRPStore(m)
 	cleanFile, err := m.rp.read()
@@ -265,7 +269,7 @@ func (m *Manager) openAll(names []string) (unchanged []string, err error) {
 			}
 			return fmt.Errorf("log %s: %w", name, err)
 		}
-		m.logs[name] = l
+		m.addLogLocked(name, l)
 		return nil
 	})
 	return unchanged, err
@@ -363,7 +367,7 @@ func (m *Manager) Create(name string) (*Log, error) {
 	m.mu.Lock()
 	delete(m.busy, name)
 	if err == nil {
-		m.logs[name] = l
+		m.addLogLocked(name, l)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -380,8 +384,12 @@ func creatableName(name string) bool {
 }
 
 // sameNameLocked returns the name of a log, being created, or not fully
-// deleted, equal to name without regard to case. Callers hold m.mu.
+// deleted, equal to name without regard to case (in lower case for a
+// log). Callers hold m.mu.
 func (m *Manager) sameNameLocked(name string) (string, bool) {
+	if low := strings.ToLower(name); m.folded[low] > 0 {
+		return low, true
+	}
 	for _, names := range []map[string]bool{m.busy, m.undeleted} {
 		for n, ok := range names {
 			if ok && strings.EqualFold(n, name) {
@@ -389,15 +397,22 @@ func (m *Manager) sameNameLocked(name string) (string, bool) {
 			}
 		}
 	}
-	if _, ok := m.logs[name]; ok {
-		return name, true
-	}
-	for n := range m.logs {
-		if strings.EqualFold(n, name) {
-			return n, true
-		}
-	}
 	return "", false
+}
+
+// addLogLocked and removeLogLocked add and remove an open log. Callers
+// hold m.mu (or, in openAll, its own lock before the Manager is shared).
+func (m *Manager) addLogLocked(name string, l *Log) {
+	m.logs[name] = l
+	m.folded[strings.ToLower(name)]++
+}
+
+func (m *Manager) removeLogLocked(name string) {
+	delete(m.logs, name)
+	low := strings.ToLower(name)
+	if m.folded[low]--; m.folded[low] <= 0 {
+		delete(m.folded, low)
+	}
 }
 
 func (m *Manager) create(name string) (*Log, error) {
@@ -484,7 +499,9 @@ func (m *Manager) Delete(name string) error {
 		m.mu.Unlock()
 		return fmt.Errorf("%w %q: its deleted directory's name is that of log %q", ErrInvalidLogName, name, other)
 	}
-	delete(m.logs, name)
+	if ok {
+		m.removeLogLocked(name)
+	}
 	// Create fails with ErrLogExists until the directory is gone: it
 	// would open the old log's files.
 	m.busy[name] = true
@@ -606,7 +623,7 @@ func (m *Manager) closeLogs() error {
 	for _, l := range m.logs {
 		logs = append(logs, l)
 	}
-	m.logs = map[string]*Log{}
+	m.logs, m.folded = map[string]*Log{}, map[string]int{}
 	m.mu.Unlock()
 	err := inParallel(logs, m.opts.RecoveryWorkers, (*Log).Close)
 	m.files.waitClosed()

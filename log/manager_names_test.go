@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -130,6 +131,9 @@ func TestManagerNamesDifferingInCaseOnly(t *testing.T) {
 		_, err = m.Create(name)
 		require.ErrorIs(t, err, ErrInvalidLogName, name)
 	}
+	require.NoError(t, m.Delete("Orders-0"))
+	_, err = m.Create("orders-0")
+	require.NoError(t, err, "the name is free once the log is deleted")
 	require.NoError(t, m.Close())
 }
 
@@ -240,16 +244,21 @@ func TestManagerDeleteKeepsALogNamedLikeItsDeletedDirectory(t *testing.T) {
 // names as first created.
 type presFS struct {
 	vfs.FS
+	mu    sync.Mutex
 	names map[string]string // folded path -> name as created
 }
 
 func (f *presFS) note(p string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	k := strings.ToLower(p)
 	if _, ok := f.names[k]; !ok {
 		f.names[k] = filepath.Base(p)
 	}
 }
 func (f *presFS) forget(p string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	k := strings.ToLower(p)
 	for n := range f.names {
 		if n == k || strings.HasPrefix(n, k+"/") {
@@ -291,6 +300,8 @@ func (f *presFS) MkdirAll(d string, p os.FileMode) error {
 }
 func (f *presFS) ReadDir(d string) ([]string, error) {
 	ns, err := f.FS.ReadDir(strings.ToLower(d))
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for i, n := range ns {
 		if c, ok := f.names[strings.ToLower(filepath.Join(d, n))]; ok {
 			ns[i] = c
