@@ -52,8 +52,8 @@ func (cc *conn) handleFetch(h header, req *kmsg.FetchRequest) error {
 	maxWait := min(time.Duration(max(req.MaxWaitMillis, 0))*time.Millisecond, b.cfg.MaxFetchWait)
 	deadline := time.Now().Add(maxWait)
 	for {
-		total, failed := b.readFetch(topics, int64(req.MaxBytes))
-		if failed || total >= int64(req.MinBytes) || !time.Now().Before(deadline) {
+		total, failed, more := b.readFetch(topics, int64(req.MaxBytes))
+		if failed || more || total >= int64(req.MinBytes) || !time.Now().Before(deadline) {
 			break
 		}
 		if !b.waitForFetch(topics, deadline) {
@@ -65,9 +65,13 @@ func (cc *conn) handleFetch(h header, req *kmsg.FetchRequest) error {
 
 // readFetch finds the records of every partition, within the partition and
 // response byte limits, except that the first partition with records gets at
-// least one whole batch (KIP-74). It returns the bytes found and whether a
-// partition has an error (which ends a long poll at once, as in Kafka).
-func (b *Broker) readFetch(topics []fetchTopic, maxBytes int64) (total int64, failed bool) {
+// least one whole batch (KIP-74). It returns the bytes found, whether a
+// partition has an error (which ends a long poll at once, as in Kafka), and
+// whether a partition has committed records past what it read (a read
+// stops at a segment's end, or at a limit): waiting for more appends would
+// not help, so that also ends a long poll, as Kafka's DelayedFetch
+// completes a fetch of an older segment at once.
+func (b *Broker) readFetch(topics []fetchTopic, maxBytes int64) (total int64, failed, more bool) {
 	remaining := maxBytes
 	for i := range topics {
 		for j := range topics[i].parts {
@@ -80,9 +84,10 @@ func (b *Broker) readFetch(topics []fetchTopic, maxBytes int64) (total int64, fa
 			}
 			total += fp.region.Length
 			remaining -= fp.region.Length
+			more = more || fp.region.Length > 0 && fp.region.NextOffset < fp.hw
 		}
 	}
-	return total, failed
+	return total, failed, more
 }
 
 func (b *Broker) readFetchPart(fp *fetchPart, remaining int64, first bool) int16 {

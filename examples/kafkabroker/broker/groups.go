@@ -564,10 +564,16 @@ func (c *coordinator) commit(req *kmsg.OffsetCommitRequest) kmsg.Response {
 	switch {
 	case req.Group == "":
 		code = errInvalidGroupID
-	case req.Generation < 0 && req.MemberID == "":
+	case req.Generation < 0 && (req.MemberID == "" || g == nil || len(g.members) == 0):
+		// A simple commit (Kafka accepts it on an empty group whatever
+		// the member id).
 		if g != nil && len(g.members) > 0 {
 			code = errUnknownMemberID
 		}
+	case g == nil:
+		// A generation of a group this broker does not know (it keeps
+		// groups in memory: a consumer committing after a restart).
+		code = errIllegalGeneration
 	default:
 		var m *member
 		if g, m, code = c.member(req.Group, req.MemberID, req.Generation); code == errNone {

@@ -60,7 +60,8 @@ func (b *Broker) listOffset(l *replog.Log, ts int64, rp *kmsg.ListOffsetsRespons
 		return errStorage
 	}
 	if !ok || off >= l.HighWatermark() {
-		return errNone // Kafka's "none": offset and timestamp -1
+		rp.LeaderEpoch = -1
+		return errNone // Kafka's "none": offset, timestamp and epoch -1
 	}
 	// OffsetForTimestamp answers a compressed batch's base offset; look
 	// inside the batch for the exact record and its timestamp.
