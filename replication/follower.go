@@ -120,12 +120,7 @@ func (n *Node) HandleFetchResponse(leader int32, req *FetchRequest, resp *FetchR
 		return 0, fmt.Errorf("%w: no fetch request or response to apply", ErrMalformedFrame)
 	}
 	a := n.newResponseApplier(leader, req, func() time.Time { return now })
-	for i := range resp.Partitions {
-		pr := &resp.Partitions[i]
-		a.beginPartition(i, pr)
-		a.records(pr.Records)
-		a.endPartition()
-	}
+	sinkResponse(resp, a)
 	return a.finish(true)
 }
 
