@@ -401,6 +401,9 @@ func (l *Log) writeToActive(batches []byte) error {
 		b, r, _ := SplitBatch(rest)
 		s.indexBatch(b, p)
 		s.noteBatch(b)
+		if len(r) == 0 {
+			s.tail.set(b, p)
+		}
 		p += int64(len(b))
 		rest = r
 	}

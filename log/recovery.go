@@ -479,6 +479,7 @@ func (l *Log) truncateRecovered(segs []*segment, first, i int, pos int64, cause 
 	if err := s.file.Truncate(pos); err != nil {
 		return err
 	}
+	s.tail.forget()
 	s.size.Store(pos)
 	for _, later := range segs[i+1:] {
 		dropped += later.size.Load()

@@ -77,6 +77,9 @@ type segment struct {
 	jitter     time.Duration // subtracted from the roll age
 	spareAsked bool          // the next segment's spare file was requested
 
+	// tail is the last batch the appender wrote, for reads at the end.
+	tail tailBatch
+
 	// deletedTag goes between a deleted segment's file names and
 	// ".deleted" (flusher.renameDeleted), set under the flusher's
 	// flushMu.
@@ -251,6 +254,9 @@ var headerPool = sync.Pool{New: func() any { return new([BatchHeaderSize]byte) }
 // offset, with its header in hdr, or ok=false when there is none in this
 // segment.
 func (s *segment) find(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (pos int64, ok bool, err error) {
+	if pos, ok := s.tail.find(offset, s.size.Load(), hdr); ok {
+		return pos, true, nil
+	}
 	pos, _, ok, err = s.findAfter(offset, maxBatch, hdr, false)
 	return pos, ok, err
 }

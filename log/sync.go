@@ -150,6 +150,7 @@ func (l *Log) syncCutSegment(s *segment, size int64) error {
 	if err := s.file.Sync(); err != nil {
 		return l.fail(err)
 	}
+	s.tail.forget()
 	s.size.Store(size)
 	s.durable.Store(size)
 	return nil
