@@ -189,7 +189,7 @@ func (l *Log) wholeBatches(buf []byte, pos int64, s *segment, crc bool) (int, er
 			if !startsWithBatch(r) {
 				// b is the last whole batch read: check it against
 				// the header after it, which no later step sees.
-				err = l.checkNextHeader(b, pos+int64(keep+len(b)), s)
+				err = l.checkNextHeader(b, r, pos+int64(keep+len(b)), s)
 			}
 		}
 		if err != nil {
@@ -229,16 +229,26 @@ func checkFollows(b Batch, prevNext int64, s *segment) error {
 
 // checkNextHeader checks the last batch of a read against the header of
 // the batch after it at pos, if there is one: that batch must start after
-// it ends, or the last batch's base offset was damaged.
-func (l *Log) checkNextHeader(b Batch, pos int64, s *segment) error {
+// it ends, or the last batch's base offset was damaged. rest is what the
+// read got of that batch: its header, when whole, is checked from there
+// rather than read again.
+func (l *Log) checkNextHeader(b Batch, rest []byte, pos int64, s *segment) error {
 	if pos >= s.size.Load() {
 		return nil
 	}
-	hdr := headerPool.Get().(*[BatchHeaderSize]byte)
-	defer headerPool.Put(hdr)
-	n, err := s.batchHeaderAt(pos, hdr)
-	if err != nil {
-		return nil // that batch's own read reports its damage
+	var n Batch
+	if len(rest) >= BatchHeaderSize {
+		n = Batch(rest[:BatchHeaderSize])
+		if s.checkHeaderAt(n, pos) != nil {
+			return nil // that batch's own read reports its damage
+		}
+	} else {
+		hdr := headerPool.Get().(*[BatchHeaderSize]byte)
+		defer headerPool.Put(hdr)
+		var err error
+		if n, err = s.batchHeaderAt(pos, hdr); err != nil {
+			return nil // as above
+		}
 	}
 	if n.BaseOffset() < b.NextOffset() {
 		return fmt.Errorf("%w: batch offsets [%d, %d] overlap the next batch at %d", ErrCorrupt, b.BaseOffset(), b.LastOffset(), n.BaseOffset())

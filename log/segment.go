@@ -230,8 +230,14 @@ func (s *segment) batchHeaderAt(pos int64, hdr *[BatchHeaderSize]byte) (Batch, e
 		return nil, fmt.Errorf("%w: partial batch header at position %d of %s", ErrCorrupt, pos, s.path(logSuffix))
 	}
 	b := Batch(hdr[:])
+	return b, s.checkHeaderAt(b, pos)
+}
+
+// checkHeaderAt checks the fields of the header b, of the batch at pos,
+// that readers step over batches by.
+func (s *segment) checkHeaderAt(b Batch, pos int64) error {
 	if b.Magic() != MagicV2 || b.Length() < BatchHeaderSize-LogOverhead || pos+int64(b.Size()) > s.size.Load() {
-		return nil, fmt.Errorf("%w: bad batch header at position %d of %s", ErrCorrupt, pos, s.path(logSuffix))
+		return fmt.Errorf("%w: bad batch header at position %d of %s", ErrCorrupt, pos, s.path(logSuffix))
 	}
 	// The header is not verified by its CRC here (that needs the whole
 	// batch), yet readers step over batches by it: a damaged last offset
@@ -239,10 +245,10 @@ func (s *segment) batchHeaderAt(pos int64, hdr *[BatchHeaderSize]byte) (Batch, e
 	// offsets must lie in the segment's range [base, next).
 	if base, next := b.BaseOffset(), s.next.Load(); base < s.base || base >= next ||
 		b.LastOffsetDelta() < 0 || int64(b.LastOffsetDelta()) >= next-base {
-		return nil, fmt.Errorf("%w: batch at position %d of %s has offsets [%d, %d] outside the segment's [%d, %d)",
+		return fmt.Errorf("%w: batch at position %d of %s has offsets [%d, %d] outside the segment's [%d, %d)",
 			ErrCorrupt, pos, s.path(logSuffix), base, b.LastOffset(), s.base, next)
 	}
-	return b, nil
+	return nil
 }
 
 // headerPool holds buffers for batch headers. A buffer passed to a
