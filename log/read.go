@@ -1,6 +1,7 @@
 package log
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"sort"
@@ -139,6 +140,11 @@ func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
 	if err != nil {
 		return dst[:start], err
 	}
+	if m >= BatchHeaderSize && !bytes.Equal(dst[start:start+BatchHeaderSize], hdr[:BatchHeaderSize]) {
+		// At the log end, locate takes the header the log appended
+		// rather than reading it: the file's must be that one.
+		return dst[:start], fmt.Errorf("%w: the batch header at position %d of %s is not the one appended there", ErrCorrupt, pos, s.path(logSuffix))
+	}
 	keep, err := l.wholeBatches(dst[start:start+m], pos, s, l.opts.VerifyReadCRC)
 	return dst[:start+keep], err
 }
@@ -259,7 +265,8 @@ func (l *Log) checkNextHeader(b Batch, rest []byte, pos int64, s *segment) error
 // ReadRegion is Read without copying: it returns the file region of the
 // same batches, for package send to write with sendfile. A zero Length
 // means there is nothing to read at offset yet. The bytes are not
-// verified.
+// verified; a region of the batch last appended to a segment is located
+// from its header as appended, not read back from the file.
 func (l *Log) ReadRegion(offset int64, o ReadOptions) (Region, error) {
 	// The bounds are checked under readMu: segment deletion and
 	// truncation take it after moving them, so a read cannot find the

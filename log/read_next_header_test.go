@@ -1,7 +1,6 @@
 package log
 
 import (
-	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,25 +24,14 @@ func TestReadChecksLastBatchAgainstTheNextHeader(t *testing.T) {
 
 		// Shift the batch's base offset by one: its offsets then overlap
 		// the next batch's first one.
-		f, err := fs.OpenFile("/log/"+segmentName(0)+logSuffix, 2, 0)
-		require.NoError(t, err)
-		var base [8]byte
-		binary.BigEndian.PutUint64(base[:], uint64(Batch(want[damaged]).BaseOffset()+1))
-		_, err = f.WriteAt(base[:], int64(pos))
-		require.NoError(t, err)
-		require.NoError(t, f.Close())
+		setBaseOffset(t, fs, int64(pos), Batch(want[damaged]).BaseOffset()+1)
 
 		buf, err := l.Read(nil, 0, ReadOptions{MaxBytes: upTo})
 		require.NoError(t, err, "tail %d", tail)
 		require.Equal(t, want[:damaged], splitAll(t, buf), "tail %d: the damaged batch is not returned", tail)
 
 		// Undamaged, the same read returns it.
-		binary.BigEndian.PutUint64(base[:], uint64(Batch(want[damaged]).BaseOffset()))
-		f, err = fs.OpenFile("/log/"+segmentName(0)+logSuffix, 2, 0)
-		require.NoError(t, err)
-		_, err = f.WriteAt(base[:], int64(pos))
-		require.NoError(t, err)
-		require.NoError(t, f.Close())
+		setBaseOffset(t, fs, int64(pos), Batch(want[damaged]).BaseOffset())
 		buf, err = l.Read(nil, 0, ReadOptions{MaxBytes: upTo})
 		require.NoError(t, err)
 		require.Equal(t, want[:damaged+1], splitAll(t, buf), "tail %d", tail)

@@ -147,10 +147,10 @@ func (l *Log) syncSegment(s *segment) error {
 func (l *Log) syncCutSegment(s *segment, size int64) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
+	s.tail.forget() // the file is cut, whether or not the fsync succeeds
 	if err := s.file.Sync(); err != nil {
 		return l.fail(err)
 	}
-	s.tail.forget()
 	s.size.Store(size)
 	s.durable.Store(size)
 	return nil
