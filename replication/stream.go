@@ -36,12 +36,16 @@ type streamingFetcher interface {
 	fetchStream(ctx context.Context, leader int32, req *FetchRequest, buf []byte, sink fetchSink) ([]byte, error)
 }
 
-// sinkResponse hands a whole response to sink.
+// sinkResponse hands a whole response to sink, each partition's header
+// with its Records nil, as a streamed response's.
 func sinkResponse(resp *FetchResponse, sink fetchSink) {
 	for i := range resp.Partitions {
 		pr := &resp.Partitions[i]
+		records := pr.Records
+		pr.Records = nil
 		sink.beginPartition(i, pr)
-		sink.records(pr.Records)
+		pr.Records = records
+		sink.records(records)
 		sink.endPartition()
 	}
 }

@@ -410,6 +410,7 @@ const (
 	fakeWrongType
 	fakeAnswerThenClose
 	fakeNever
+	fakeStalledBody // half the answer; the rest only after the next request
 )
 
 func fakeLeader(t *testing.T) *countingListener {
@@ -447,6 +448,8 @@ func fakeLeader(t *testing.T) *countingListener {
 				out, _ = appendFetchRequestFrame(nil, h.corr, req)
 			case fakeNever:
 				continue
+			case fakeStalledBody:
+				out = ok[:len(ok)/2]
 			}
 			if _, err := c.Write(out); err != nil {
 				return
@@ -456,6 +459,45 @@ func fakeLeader(t *testing.T) *countingListener {
 			}
 		}
 	})
+}
+
+// TestTCPTransportStreamRejectsBadResponses is
+// TestTCPTransportRejectsBadResponses through fetchStream, the fetcher's
+// way, which decodes a small response where the read buffer holds it:
+// a response cut by a timeout must not leave its connection pooled,
+// where the next fetch would read the rest of it.
+func TestTCPTransportStreamRejectsBadResponses(t *testing.T) {
+	checkGoroutines(t)
+	ln := fakeLeader(t)
+	tr := newTransport(t, ln.Addr().String(), TCPOptions{MaxFrameBytes: 1 << 20, RequestTimeout: 200 * time.Millisecond})
+	fetch := func(mode int32) (*collectSink, error) {
+		sink := &collectSink{}
+		_, err := tr.fetchStream(context.Background(), 0, &FetchRequest{MaxBytes: mode}, nil, sink)
+		return sink, err
+	}
+	sink, err := fetch(fakeOK)
+	require.NoError(t, err)
+	require.NoError(t, sink.err)
+	require.Len(t, sink.resp.Partitions, 1)
+	require.Equal(t, "fine", string(sink.resp.Partitions[0].Records))
+	for _, tc := range []struct {
+		name string
+		mode int32
+		want error
+	}{
+		{"oversize", fakeOversize, ErrFrameTooLarge},
+		{"truncated", fakeTruncated, ErrMalformedFrame},
+		{"wrong correlation id", fakeWrongCorr, ErrMalformedFrame},
+		{"records past the frame", fakeRecordsPastFrame, ErrMalformedFrame},
+		{"wrong type", fakeWrongType, ErrMalformedFrame},
+		{"stalled body", fakeStalledBody, os.ErrDeadlineExceeded},
+	} {
+		_, err := fetch(tc.mode)
+		require.ErrorIs(t, err, tc.want, tc.name)
+		sink, err := fetch(fakeOK)
+		require.NoError(t, err, tc.name)
+		require.Equal(t, "fine", string(sink.resp.Partitions[0].Records), tc.name)
+	}
 }
 
 // serveRaw accepts connections on a new loopback listener and runs serve

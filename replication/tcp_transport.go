@@ -405,6 +405,10 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 		}
 		return nil, body, true, false, nil
 	}
+	if sink != nil && h.typ == msgFetchResponse && h.bodyLen <= c.br.Size() {
+		keep, err := c.sinkBuffered(h.bodyLen, sink)
+		return nil, buf, keep, false, err
+	}
 	body, err := readBody(c.br, h.bodyLen, buf[:0], expect)
 	if err != nil {
 		return nil, nil, false, false, err
@@ -425,6 +429,25 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 		return nil, body, true, false, decodeError(body)
 	}
 	return nil, nil, false, false, fmt.Errorf("%w: unexpected message type %d", ErrMalformedFrame, h.typ)
+}
+
+// sinkBuffered hands sink a fetch response body of n bytes, at most the
+// connection's read buffer, decoded where the buffer holds it: a
+// follower's steady fetches (a batch or a few) then copy nothing out of
+// the buffer. keep says the stream is still in step: false when the
+// body did not arrive whole; a body that does not decode is consumed.
+func (c *tcpConn) sinkBuffered(n int, sink fetchSink) (keep bool, err error) {
+	body, err := c.br.Peek(n)
+	if err != nil {
+		return false, bodyErr(err, n)
+	}
+	err = decodeFetchResponseInto(body, &c.resp, &c.names)
+	if err == nil {
+		sinkResponse(&c.resp, sink)
+	}
+	clear(c.resp.Partitions) // they alias the read buffer
+	_, _ = c.br.Discard(n)
+	return true, err
 }
 
 // Close closes every connection; Fetch calls in flight fail and later
