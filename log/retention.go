@@ -11,6 +11,10 @@ import "fmt"
 // RetainAboveHighWatermark; at or below LogStartOffset there is nothing
 // to delete and it returns nil, as Kafka's DeleteRecords does (a retry
 // after retention moved the start, say): the start never moves back.
+// A checkpoint that cannot be written fails the log, except for want of
+// descriptors or memory to open its temporary file (EMFILE, ENFILE,
+// ENOMEM): then the call returns that error having changed nothing, and
+// may be retried.
 func (l *Log) DeleteRecordsBefore(offset int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -24,7 +28,7 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 		return nil
 	}
 	if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), offset); err != nil {
-		return l.fail(err)
+		return l.failUnlessReopen(err)
 	}
 	if err := l.raiseLogStart(offset); err != nil {
 		return err
@@ -44,8 +48,10 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 // returns how many it deleted. The log then starts at the base offset of
 // the oldest segment kept; the new log start is checkpointed durably
 // before any segment goes, so it holds even if the deletion fails or a
-// crash undoes it. Segments wholly below the log start go too, whatever
-// the limits.
+// crash undoes it (a checkpoint whose file cannot be opened for want of
+// descriptors deletes nothing and does not fail the log, as with
+// DeleteRecordsBefore). Segments wholly below the log start go too,
+// whatever the limits.
 // The background flusher calls it every RetentionCheckInterval when that
 // is set.
 func (l *Log) ApplyRetention() (int, error) {
@@ -93,7 +99,7 @@ func (l *Log) ApplyRetention() (int, error) {
 		// fsync. A crash that brought them back without this checkpoint
 		// would make the log start below its epochs.
 		if err := writeOffsetCheckpoint(l.opts.FS, l.path(logStartOffsetFile), start); err != nil {
-			return 0, l.fail(err)
+			return 0, l.failUnlessReopen(err)
 		}
 		if err := l.raiseLogStart(start); err != nil {
 			return 0, err
