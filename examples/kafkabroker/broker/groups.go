@@ -555,15 +555,15 @@ func (c *coordinator) leave(req *kmsg.LeaveGroupRequest) kmsg.Response {
 // commit while the group is Stable or PreparingRebalance (clients commit
 // before they rejoin); a commit with no member id and generation -1 is
 // accepted only by a group without members (an admin or a consumer that
-// assigns partitions itself).
+// assigns partitions itself). The empty group id is a group like another
+// here and in OffsetFetch, as Kafka keeps it for backwards compatibility;
+// only the membership requests (JoinGroup...) refuse it.
 func (c *coordinator) commit(req *kmsg.OffsetCommitRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 	code := errNone
 	c.mu.Lock()
 	g := c.groups[req.Group]
 	switch {
-	case req.Group == "":
-		code = errInvalidGroupID
 	case req.Generation < 0 && (req.MemberID == "" || g == nil || len(g.members) == 0):
 		// A simple commit (Kafka accepts it on an empty group whatever
 		// the member id).
@@ -640,22 +640,6 @@ func (c *coordinator) commit(req *kmsg.OffsetCommitRequest) kmsg.Response {
 // is null (v2+).
 func (c *coordinator) fetchOffsets(req *kmsg.OffsetFetchRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
-	if req.Group == "" {
-		resp.ErrorCode = errInvalidGroupID
-		if req.Version < 2 { // no top-level error code: each partition's
-			for _, t := range req.Topics {
-				rt := kmsg.NewOffsetFetchResponseTopic()
-				rt.Topic = t.Topic
-				for _, p := range t.Partitions {
-					rp := offsetFetchPartition(p, committedOffset{}, false)
-					rp.ErrorCode = errInvalidGroupID
-					rt.Partitions = append(rt.Partitions, rp)
-				}
-				resp.Topics = append(resp.Topics, rt)
-			}
-		}
-		return resp
-	}
 	if req.Topics == nil && req.Version >= 2 {
 		byTopic := make(map[string]*kmsg.OffsetFetchResponseTopic)
 		var names []string

@@ -179,27 +179,36 @@ func TestCloseEndsAWaitingJoin(t *testing.T) {
 	}
 }
 
-// TestOffsetFetchV1EmptyGroupErrorsPerPartition: OffsetFetch v0-v1 has no
-// top-level error code, so an invalid (empty) group id is reported on
-// every partition asked for, as Kafka does; it was lost.
-func TestOffsetFetchV1EmptyGroupErrorsPerPartition(t *testing.T) {
+// TestEmptyGroupCommitsAndFetchesOffsets: Kafka accepts the empty group
+// id in OffsetCommit and OffsetFetch, for backwards compatibility (its
+// group coordinator refuses only a null one there; JoinGroup and the other
+// membership requests refuse an empty one), so a client that commits
+// offsets without a group gets them back.
+func TestEmptyGroupCommitsAndFetchesOffsets(t *testing.T) {
 	b := startBroker(t, t.TempDir())
-	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Version = 1
-	rt := kmsg.NewOffsetFetchRequestTopic()
-	rt.Topic, rt.Partitions = "t", []int32{0, 1}
-	req.Topics = append(req.Topics, rt)
-	resp := kmsg.NewPtrOffsetFetchResponse()
-	resp.Version = req.Version
-	if err := resp.ReadFrom(dial(t, b).request(req)); err != nil {
-		t.Fatal(err)
+	if code := b.createTopic("t", 1); code != errNone {
+		t.Fatal(code)
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 2 {
-		t.Fatalf("answer %+v", resp.Topics)
+	c := dial(t, b)
+	if p := commitOffset(t, c, 2, "", "", -1, "t", 10); p.ErrorCode != errNone {
+		t.Fatalf("commit: error %d", p.ErrorCode)
 	}
-	for _, p := range resp.Topics[0].Partitions {
-		if p.ErrorCode != errInvalidGroupID || p.Offset != -1 {
-			t.Errorf("partition %d: error %d, offset %d; want %d, -1", p.Partition, p.ErrorCode, p.Offset, errInvalidGroupID)
+	for _, version := range []int16{1, 5} {
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Version = version
+		rt := kmsg.NewOffsetFetchRequestTopic()
+		rt.Topic, rt.Partitions = "t", []int32{0}
+		req.Topics = append(req.Topics, rt)
+		resp := kmsg.NewPtrOffsetFetchResponse()
+		resp.Version = req.Version
+		if err := resp.ReadFrom(c.request(req)); err != nil {
+			t.Fatal(err)
+		}
+		if resp.ErrorCode != errNone || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			t.Fatalf("v%d: error %d, answer %+v", version, resp.ErrorCode, resp.Topics)
+		}
+		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != errNone || p.Offset != 10 {
+			t.Errorf("v%d: error %d, offset %d; want 0, 10", version, p.ErrorCode, p.Offset)
 		}
 	}
 }
