@@ -21,8 +21,9 @@ import (
 const streamPieceBytes = 256 << 10
 
 // fetchSink takes a fetch response as it arrives: for each partition in
-// order, its header (Records nil), its records in pieces of whole batches
-// (possibly none), its end.
+// order, its header (whose Records the sink ignores: nil when streamed,
+// all of them when the response came whole), its records in pieces of
+// whole batches (possibly none), its end.
 type fetchSink interface {
 	beginPartition(i int, pr *FetchPartitionResponse)
 	records(batches []byte)
@@ -36,16 +37,13 @@ type streamingFetcher interface {
 	fetchStream(ctx context.Context, leader int32, req *FetchRequest, buf []byte, sink fetchSink) ([]byte, error)
 }
 
-// sinkResponse hands a whole response to sink, each partition's header
-// with its Records nil, as a streamed response's.
+// sinkResponse hands a whole response to sink. It does not change resp,
+// which may be the caller's (Node.HandleFetchResponse).
 func sinkResponse(resp *FetchResponse, sink fetchSink) {
 	for i := range resp.Partitions {
 		pr := &resp.Partitions[i]
-		records := pr.Records
-		pr.Records = nil
 		sink.beginPartition(i, pr)
-		pr.Records = records
-		sink.records(records)
+		sink.records(pr.Records)
 		sink.endPartition()
 	}
 }
