@@ -136,17 +136,24 @@ func TestReadAtLogEndInAFollowerGap(t *testing.T) {
 	require.Equal(t, first, regionBytes(t, r))
 }
 
-// setBaseOffset overwrites the base offset of the batch at pos in the
-// first segment of the log in /log, as damage on disk would.
-func setBaseOffset(t *testing.T, fs vfs.FS, pos, base int64) {
+// writeSegmentAt overwrites bytes at pos in the first segment of the log
+// in /log, as damage on disk would.
+func writeSegmentAt(t *testing.T, fs vfs.FS, pos int64, b []byte) {
 	t.Helper()
 	f, err := fs.OpenFile("/log/"+segmentName(0)+logSuffix, 2, 0)
 	require.NoError(t, err)
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(base))
-	_, err = f.WriteAt(b[:], pos)
+	_, err = f.WriteAt(b, pos)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
+}
+
+// setBaseOffset overwrites the base offset of the batch at pos in the
+// first segment of the log in /log.
+func setBaseOffset(t *testing.T, fs vfs.FS, pos, base int64) {
+	t.Helper()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(base))
+	writeSegmentAt(t, fs, pos, b[:])
 }
 
 // Read at the log end takes the last batch's header from what the
