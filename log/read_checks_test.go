@@ -36,10 +36,7 @@ func TestReadKeepsTheLastBatchBeforeADamagedHeader(t *testing.T) {
 			fs, opts := memLog()
 			l := openLog(t, "/log", opts)
 			want := appendN(t, l, 8, 0)
-			pos := 0
-			for _, b := range want[:next] {
-				pos += len(b)
-			}
+			pos := positionOf(want, next)
 			upTo := pos + tail // ends inside the batch after the last one read
 			hdr := append([]byte(nil), want[next][:BatchHeaderSize]...)
 			tc.damage(hdr, Batch(want[last]).BaseOffset())
@@ -61,10 +58,7 @@ func TestReadKeepsTheLastBatchBeforeADamagedHeader(t *testing.T) {
 func TestReadChecksTheNextHeaderFromTheBytesRead(t *testing.T) {
 	l, reads, _ := countLogReads(t)
 	want := appendN(t, l, 8, 0)
-	pos := 0
-	for _, b := range want[:5] {
-		pos += len(b)
-	}
+	pos := positionOf(want, 5)
 	count := func(tail int) int64 {
 		reads.Store(0)
 		buf, err := l.Read(nil, 0, ReadOptions{MaxBytes: pos + tail})
@@ -117,10 +111,7 @@ func TestReadAtLogEndComparesTheWholeHeader(t *testing.T) {
 	l := openLog(t, "/log", opts)
 	want := appendN(t, l, 5, 0)
 	last := Batch(want[len(want)-1])
-	pos := int64(0)
-	for _, b := range want[:len(want)-1] {
-		pos += int64(len(b))
-	}
+	pos := int64(positionOf(want, len(want)-1))
 	for i := range BatchHeaderSize {
 		writeSegmentAt(t, fs, pos+int64(i), []byte{last[i] ^ 1})
 		buf, err := l.Read(nil, last.BaseOffset(), ReadOptions{})

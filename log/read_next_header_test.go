@@ -16,11 +16,8 @@ func TestReadChecksLastBatchAgainstTheNextHeader(t *testing.T) {
 		l := openLog(t, "/log", opts)
 		want := appendN(t, l, 8, 0)
 		const damaged = 4
-		pos, upTo := 0, 0
-		for _, b := range want[:damaged] {
-			pos += len(b)
-		}
-		upTo = pos + len(want[damaged]) + tail // ends inside the batch after
+		pos := positionOf(want, damaged)
+		upTo := pos + len(want[damaged]) + tail // ends inside the batch after
 
 		// Shift the batch's base offset by one: its offsets then overlap
 		// the next batch's first one.

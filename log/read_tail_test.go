@@ -147,6 +147,16 @@ func writeSegmentAt(t *testing.T, fs vfs.FS, pos int64, b []byte) {
 	require.NoError(t, f.Close())
 }
 
+// positionOf returns where batches[i] starts in a segment holding
+// batches from its start.
+func positionOf(batches [][]byte, i int) int {
+	pos := 0
+	for _, b := range batches[:i] {
+		pos += len(b)
+	}
+	return pos
+}
+
 // setBaseOffset overwrites the base offset of the batch at pos in the
 // first segment of the log in /log.
 func setBaseOffset(t *testing.T, fs vfs.FS, pos, base int64) {
@@ -167,11 +177,7 @@ func TestReadAtLogEndRefusesADamagedHeader(t *testing.T) {
 		l := openLog(t, "/log", opts)
 		want := appendN(t, l, 10, 0)
 		last := Batch(want[len(want)-1])
-		pos := int64(0)
-		for _, b := range want[:len(want)-1] {
-			pos += int64(len(b))
-		}
-		setBaseOffset(t, fs, pos, last.BaseOffset()-1)
+		setBaseOffset(t, fs, int64(positionOf(want, len(want)-1)), last.BaseOffset()-1)
 		buf, err := l.Read(nil, last.BaseOffset(), ReadOptions{})
 		require.ErrorIs(t, err, ErrCorrupt, "VerifyReadCRC %v", crc)
 		require.Empty(t, buf)

@@ -461,6 +461,22 @@ func fakeLeader(t *testing.T) *countingListener {
 	})
 }
 
+// badResponse is a way fakeLeader answers badly, and the error a fetch
+// gets from it.
+type badResponse struct {
+	name string
+	mode int32
+	want error
+}
+
+var badResponses = []badResponse{
+	{"oversize", fakeOversize, ErrFrameTooLarge},
+	{"truncated", fakeTruncated, ErrMalformedFrame},
+	{"wrong correlation id", fakeWrongCorr, ErrMalformedFrame},
+	{"records past the frame", fakeRecordsPastFrame, ErrMalformedFrame},
+	{"wrong type", fakeWrongType, ErrMalformedFrame},
+}
+
 // TestTCPTransportStreamRejectsBadResponses is
 // TestTCPTransportRejectsBadResponses through fetchStream, the fetcher's
 // way, which decodes a small response where the read buffer holds it:
@@ -480,18 +496,7 @@ func TestTCPTransportStreamRejectsBadResponses(t *testing.T) {
 	require.NoError(t, sink.err)
 	require.Len(t, sink.resp.Partitions, 1)
 	require.Equal(t, "fine", string(sink.resp.Partitions[0].Records))
-	for _, tc := range []struct {
-		name string
-		mode int32
-		want error
-	}{
-		{"oversize", fakeOversize, ErrFrameTooLarge},
-		{"truncated", fakeTruncated, ErrMalformedFrame},
-		{"wrong correlation id", fakeWrongCorr, ErrMalformedFrame},
-		{"records past the frame", fakeRecordsPastFrame, ErrMalformedFrame},
-		{"wrong type", fakeWrongType, ErrMalformedFrame},
-		{"stalled body", fakeStalledBody, os.ErrDeadlineExceeded},
-	} {
+	for _, tc := range append(badResponses, badResponse{"stalled body", fakeStalledBody, os.ErrDeadlineExceeded}) {
 		_, err := fetch(tc.mode)
 		require.ErrorIs(t, err, tc.want, tc.name)
 		sink, err := fetch(fakeOK)
@@ -550,17 +555,7 @@ func TestTCPTransportRejectsBadResponses(t *testing.T) {
 		return err
 	}
 	require.NoError(t, fetch(fakeOK))
-	for _, tc := range []struct {
-		name string
-		mode int32
-		want error
-	}{
-		{"oversize", fakeOversize, ErrFrameTooLarge},
-		{"truncated", fakeTruncated, ErrMalformedFrame},
-		{"wrong correlation id", fakeWrongCorr, ErrMalformedFrame},
-		{"records past the frame", fakeRecordsPastFrame, ErrMalformedFrame},
-		{"wrong type", fakeWrongType, ErrMalformedFrame},
-	} {
+	for _, tc := range badResponses {
 		err := fetch(tc.mode)
 		require.ErrorIs(t, err, tc.want, tc.name)
 		// The connection was dropped or is still in sync: the next fetch works.
