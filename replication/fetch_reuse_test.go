@@ -22,8 +22,8 @@ import (
 // acks=all batch over TCP allocate nothing in steady state: the leader's
 // server reuses each connection's request, response, timer and raw
 // connection, and the follower's fetcher its request, applier and decoded
-// response. What is left is one wake channel each for the held fetches
-// and for Produce's own wait.
+// response, and the waits reuse their wake channels: the held fetches
+// their connection's, Produce one the Replicator lends.
 func TestReplicatedProduceAllocations(t *testing.T) {
 	tp := TopicPartition{Topic: "t", Partition: 0}
 	reps := startTCPReplicas(t, 2, tp, Config{ClusterID: "a", MinInsyncReplicas: 2}, log.Options{})
@@ -44,10 +44,10 @@ func TestReplicatedProduceAllocations(t *testing.T) {
 	require.LessOrEqual(t, allocs, float64(producePathAllocs))
 }
 
-// producePathAllocs is what an acks=all Produce allocates itself: the
-// channel closed to wake the held fetches (newData) and the one its own
-// wait is woken by (hwAdvanced), one of each per produce.
-const producePathAllocs = 2
+// producePathAllocs is what an acks=all Produce allocates in steady
+// state: nothing (it was two channels before waitBroadcast lent reusable
+// ones, made anew for each wait).
+const producePathAllocs = 0
 
 // TestTCPTransportContextWatchAcrossFetches checks the context watch a
 // pooled connection keeps between fetches: a second fetch with the same

@@ -35,9 +35,11 @@ type Replicator struct {
 	closeDone chan struct{} // closed when the first Close is done
 
 	newData waitBroadcast
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// waitChans lends acks=all Produce calls their hwAdvanced channels.
+	waitChans wakeChans
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // New returns a Replicator for node cfg.ReplicaID that fetches through t.
@@ -197,16 +199,22 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 // changes, so a follower's high watermark is never seen with leadCtx
 // alive.) It selects on the channels themselves, rather than joining them
 // into one context for WaitForData: that allocates nothing, and takes no
-// lock shared by all the Replicator's partitions (r.ctx's).
+// lock shared by all the Replicator's partitions (r.ctx's). Its wake
+// channel is lent by r.waitChans.
 func (r *Replicator) awaitHighWatermark(ctx context.Context, tp TopicPartition, p *partition, leadCtx context.Context, offset int64) error {
+	advanced := r.waitChans.get()
+	defer func() {
+		p.hwAdvanced.remove(advanced)
+		r.waitChans.put(advanced)
+	}()
 	for {
-		advanced := p.hwAdvanced.channel()
+		p.hwAdvanced.add(advanced)
 		if p.log.HighWatermark() > offset && leadCtx.Err() == nil {
 			return nil
 		}
 		var closing bool
 		select {
-		case <-advanced:
+		case <-advanced: // the wake unregistered it
 			continue
 		case <-ctx.Done():
 		case <-leadCtx.Done():
@@ -241,11 +249,12 @@ func (r *Replicator) HandleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 
 // serveScratch is what a connection lends handleFetchScratch for each
 // fetch it serves, so that serving allocates nothing in steady state: the
-// response, valid until the connection's next fetch, and the timer of a
-// held fetch.
+// response, valid until the connection's next fetch, and the timer and
+// wake channel of a held fetch.
 type serveScratch struct {
 	resp  FetchResponse
 	timer *time.Timer
+	wake  chan struct{} // registered with newData while the fetch is held
 }
 
 // handleFetchScratch is HandleFetch answering in s.resp. It keeps nothing
@@ -271,8 +280,12 @@ func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest, s *serveS
 		wait = 0
 	}
 	deadline := time.Now().Add(wait)
+	if s.wake == nil {
+		s.wake = make(chan struct{}, 1)
+	}
+	defer r.newData.remove(s.wake)
 	for {
-		ch := r.newData.channel()
+		r.newData.add(s.wake)
 		r.node.syncLedLogs(req)
 		if r.ctx.Err() != nil {
 			// Closing: serve nothing, so that no follower is tracked and
@@ -292,7 +305,7 @@ func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest, s *serveS
 			s.timer.Reset(wait) // Go 1.23 timers: no stale tick survives Reset
 		}
 		select {
-		case <-ch:
+		case <-s.wake: // the wake unregistered it
 			s.timer.Stop()
 		case <-s.timer.C:
 			return nil
@@ -452,28 +465,4 @@ func (r *Replicator) Close() error {
 	r.ops.Wait()
 	close(r.closeDone)
 	return nil
-}
-
-// waitBroadcast wakes every waiter at once by closing a shared channel.
-type waitBroadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (w *waitBroadcast) channel() chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ch == nil {
-		w.ch = make(chan struct{})
-	}
-	return w.ch
-}
-
-func (w *waitBroadcast) wake() {
-	w.mu.Lock()
-	if w.ch != nil {
-		close(w.ch)
-		w.ch = nil
-	}
-	w.mu.Unlock()
 }
