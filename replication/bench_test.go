@@ -101,6 +101,12 @@ const produceChunk = 256
 // that wait behind the followers' work on the same cores), which the
 // ratio of two runs inherits; p99-ratio-sibling is that ratio, acks=all's
 // p99-us over the acks=1 sub-benchmark's, kept for comparison.
+//
+// acks=all also reports raw-p99-us and p99-vs-raw: the p99 of a rawChain
+// (the same round trip with nothing of replog in it, its system calls
+// and hand-offs only) whose chunks alternate with the others, and
+// acks=all's p99 over it, which is what replog adds to what the machine
+// costs.
 func BenchmarkProduce(b *testing.B) { benchProduceAcks(b, true) }
 
 // BenchmarkDurableProduce is BenchmarkProduce with the default
@@ -166,6 +172,15 @@ func benchProduce(b *testing.B, acks Acks, relaxed bool) float64 {
 	}
 	lat := make([]time.Duration, 0, b.N*batches)
 	var base []time.Duration // acks=all's interleaved acks=1 calls
+	var raw []time.Duration  // and rawChain round trips
+	var chain *rawChain
+	if acks == AcksAll && relaxed {
+		chain = startRawChain(b, b.TempDir(), batch)
+		defer chain.close()
+		for range 64 {
+			chain.produce(b) // warm up
+		}
+	}
 	b.ReportAllocs()
 	b.SetBytes(int64(len(batch) * batches))
 	b.ResetTimer()
@@ -177,6 +192,9 @@ func benchProduce(b *testing.B, acks Acks, relaxed bool) float64 {
 			b.StopTimer()
 			base = produce(produceChunk, AcksLeader, base)
 			caughtUp()
+			for j := 0; chain != nil && j < produceChunk; j++ {
+				raw = append(raw, chain.produce(b))
+			}
 			b.StartTimer()
 			lat = produce(min(produceChunk, batches-i), acks, lat)
 		}
@@ -193,6 +211,11 @@ func benchProduce(b *testing.B, acks Acks, relaxed bool) float64 {
 	if len(base) > 0 {
 		slices.Sort(base)
 		b.ReportMetric(p99/percentileMicros(base, 0.99), "p99-ratio")
+	}
+	if len(raw) > 0 {
+		slices.Sort(raw)
+		b.ReportMetric(percentileMicros(raw, 0.99), "raw-p99-us")
+		b.ReportMetric(p99/percentileMicros(raw, 0.99), "p99-vs-raw")
 	}
 	return p99
 }
