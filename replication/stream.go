@@ -161,10 +161,15 @@ func streamFetchResponse(s *bodyStream, sink fetchSink) error {
 	return r.end()
 }
 
-// wholeBatches is the length of the leading whole batches in b.
+// wholeBatches is the length of the leading whole batches in b. A batch
+// still arriving at the end ends them without a call to SplitBatch,
+// whose error would be made for nothing at every piece of a stream.
 func wholeBatches(b []byte) int {
 	n := 0
 	for n < len(b) {
+		if rest := b[n:]; len(rest) < log.BatchHeaderSize || log.Batch(rest).Size() > len(rest) {
+			break
+		}
 		batch, _, err := log.SplitBatch(b[n:])
 		if err != nil {
 			break

@@ -3,6 +3,7 @@ package replication
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -246,4 +247,23 @@ func TestHandleFetchResponseLeavesTheResponseAlone(t *testing.T) {
 	close(stop)
 	<-done
 	require.Equal(t, records, resp.Partitions[0].Records)
+}
+
+// TestWholeBatchesStopsAtABatchStillArriving checks the split of a
+// streamed piece: the whole batches before one cut anywhere, or before
+// bytes that are no batch, and no allocation for the cut one (a stream
+// meets one at nearly every piece).
+func TestWholeBatchesStopsAtABatchStillArriving(t *testing.T) {
+	one := batchOfSize(t, 1000)
+	two := append(slices.Clone(one), one...)
+	for cut := 0; cut < len(one); cut += 7 {
+		b := append(slices.Clone(two), one[:cut]...)
+		require.Equal(t, len(two), wholeBatches(b), "third batch cut at %d", cut)
+	}
+	require.Equal(t, 3*len(one), wholeBatches(append(slices.Clone(two), one...)))
+	bad := append(slices.Clone(two), one...)
+	binary.BigEndian.PutUint32(bad[len(two)+8:], 1<<31) // a negative length
+	require.Equal(t, len(two), wholeBatches(bad))
+	partial := append(slices.Clone(two), one[:len(one)/2]...)
+	require.Zero(t, testing.AllocsPerRun(100, func() { wholeBatches(partial) }))
 }
