@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -30,8 +31,10 @@ type rawChain struct {
 	end    int64
 	seq    uint64
 	conns  []rawChainConn
-	acks   chan error // one per connection per produce
+	acks   chan error  // one per connection per produce
+	files  []io.Closer // every file and connection made, for close
 	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 // rawChainConn is the leader's side of one follower's connection.
@@ -45,22 +48,29 @@ type rawChainConn struct {
 const rawAckBytes = 100
 
 // startRawChain starts a chain with two followers writing to files in
-// dir; close stops its goroutines and closes its files.
+// dir; close, which tb's cleanup also runs (a failed start included),
+// stops its goroutines and closes its files.
 func startRawChain(tb testing.TB, dir string, batch []byte) *rawChain {
 	tb.Helper()
+	c := &rawChain{batch: batch, acks: make(chan error, 2)}
+	tb.Cleanup(c.close)
 	lf, err := os.Create(filepath.Join(dir, "raw-leader"))
 	require.NoError(tb, err)
-	c := &rawChain{batch: batch, leader: lf, acks: make(chan error, 2)}
+	c.leader = lf
+	c.files = append(c.files, lf)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(tb, err)
 	defer ln.Close()
 	for i := range 2 {
-		fc, err := net.Dial("tcp", ln.Addr().String())
-		require.NoError(tb, err)
-		lc, err := ln.Accept()
-		require.NoError(tb, err)
 		ff, err := os.Create(filepath.Join(dir, "raw-follower"+string(rune('0'+i))))
 		require.NoError(tb, err)
+		c.files = append(c.files, ff)
+		fc, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(tb, err)
+		c.files = append(c.files, fc)
+		lc, err := ln.Accept()
+		require.NoError(tb, err)
+		c.files = append(c.files, lc)
 		rc := rawChainConn{nc: lc, notify: make(chan int64)}
 		c.conns = append(c.conns, rc)
 		c.wg.Add(2)
@@ -134,14 +144,18 @@ func (c *rawChain) produce(tb testing.TB) time.Duration {
 	return time.Since(start)
 }
 
-// close stops the chain's goroutines and waits for them.
+// close stops the chain's goroutines, waits for them and closes its
+// files; it may be called more than once.
 func (c *rawChain) close() {
-	for _, rc := range c.conns {
-		close(rc.notify)
-		_ = rc.nc.Close()
-	}
-	c.wg.Wait()
-	_ = c.leader.Close()
+	c.once.Do(func() {
+		for _, rc := range c.conns {
+			close(rc.notify)
+		}
+		for _, f := range c.files {
+			_ = f.Close() // ends the followers' reads
+		}
+		c.wg.Wait()
+	})
 }
 
 // TestRawChainDeliversEveryBatch checks the baseline itself: after a few
@@ -163,5 +177,43 @@ func TestRawChainDeliversEveryBatch(t *testing.T) {
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		require.NoError(t, err)
 		require.Equal(t, want, got, name)
+	}
+}
+
+// TestRawChainFailedStartLeavesNothingRunning checks that a start which
+// fails after its first follower began (the second's file name is taken
+// by a directory here) stops what it started, through tb's cleanup.
+func TestRawChainFailedStartLeavesNothingRunning(t *testing.T) {
+	checkGoroutines(t)
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "raw-follower1"), 0o755))
+	tb := &failureTB{TB: t}
+	tb.run(func() { startRawChain(tb, dir, batchOfSize(t, 4<<10)) })
+	require.True(t, tb.failed, "the start did not fail")
+}
+
+// failureTB runs a function that is expected to fail a test, records the
+// failure instead, and runs the cleanups it registered when it returns.
+type failureTB struct {
+	testing.TB
+	failed   bool
+	cleanups []func()
+}
+
+func (f *failureTB) Helper()               {}
+func (f *failureTB) Errorf(string, ...any) { f.failed = true }
+func (f *failureTB) FailNow()              { f.failed = true; runtime.Goexit() }
+func (f *failureTB) Fatal(...any)          { f.FailNow() }
+func (f *failureTB) Fatalf(string, ...any) { f.FailNow() }
+func (f *failureTB) Cleanup(fn func())     { f.cleanups = append(f.cleanups, fn) }
+func (f *failureTB) run(fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	<-done
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
 	}
 }

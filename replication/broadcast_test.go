@@ -99,3 +99,28 @@ func TestWaitBroadcastMissesNoWake(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, w.n.Load(), "waiters left registered")
 }
+
+// TestWaitBroadcastForgetsWhatItWoke checks that a wake resets the count
+// (else every later wake takes the lock for no one) and that neither a
+// wake nor a remove leaves a channel in the slice's spare capacity, where
+// it would stay reachable.
+func TestWaitBroadcastForgetsWhatItWoke(t *testing.T) {
+	var w waitBroadcast
+	a, b := make(chan struct{}, 1), make(chan struct{}, 1)
+	w.add(a)
+	w.add(b)
+	w.wake()
+	require.Zero(t, w.n.Load(), "count after a wake")
+	for i, ch := range w.waiters[:cap(w.waiters)] {
+		require.Nil(t, ch, "slot %d keeps a woken channel", i)
+	}
+	<-a
+	<-b
+	w.add(a)
+	w.add(b)
+	w.remove(b)
+	w.remove(a)
+	for i, ch := range w.waiters[:cap(w.waiters)] {
+		require.Nil(t, ch, "slot %d keeps a removed channel", i)
+	}
+}
