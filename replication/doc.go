@@ -191,9 +191,9 @@
 // is about half of the median call of about 90 µs, and the 1% slowest
 // calls, nearly three times the median, are mostly these waits grown
 // long while the cores run other goroutines. The same round trip with
-// nothing of replog in it (BenchmarkProduce's raw chain: the writes,
-// reads and hand-offs alone) has a 1% slowest of about four fifths of
-// replog's there.
+// nothing of replog in it (BenchmarkProduceVsRaw: the writes, reads and
+// hand-offs alone) has a 1% slowest of about four fifths of replog's
+// there.
 //
 // # Wire format (TCP transport)
 //
