@@ -87,7 +87,12 @@
 // the follower fsynced), expands the ISR when the follower caught up to
 // the high watermark and the current epoch, advances the high watermark to
 // the smallest log end offset in the ISR (not while the ISR is smaller
-// than MinInsyncReplicas) and answers with whole batches. A follower that
+// than MinInsyncReplicas) and answers with whole batches. As in Kafka,
+// the high watermark also waits for a follower out of the ISR that is
+// caught up (within ReplicaLagTime) and could join it (its log starts no
+// lower than the leader's): else, while producers write, the high
+// watermark would always be ahead of such a follower's fetch by the
+// appends made since, and it would never join again. A follower that
 // has not caught up within ReplicaLagTime leaves the ISR, unless its log
 // end is the leader's (as in Kafka: on an idle partition the leader holds
 // its fetches). FetchMaxWait must be shorter than ReplicaLagTime.

@@ -23,7 +23,7 @@ func TestFollowerRefusesLeadershipAtItsOwnEpoch(t *testing.T) {
 
 	require.ErrorIs(t, f.node.BecomeLeader(ntp, 5, both, both, ntime), ErrStaleEpoch)
 	require.Equal(t, []int32{0}, f.node.Leaders(), "a refused BecomeLeader leaves the follower fetching")
-	_, _, _, err := f.node.appendAsLeader(ntp, testBatch(t, "second leader of epoch 5"), AcksLeader)
+	_, _, _, err := f.node.appendAsLeader(ntp, testBatch(t, "second leader of epoch 5"), AcksLeader, ntime)
 	require.ErrorIs(t, err, ErrNotLeader)
 	require.Equal(t, int64(2), f.log.LogEndOffset())
 }

@@ -44,7 +44,7 @@ func TestFetchLaterPartitionsKeepToMaxBytes(t *testing.T) {
 	big := testBatch(t, strings.Repeat("x", 1000))
 	for _, tp := range []TopicPartition{ntp, tp2} {
 		require.NoError(t, leader.node.BecomeLeader(tp, 1, both, both, ntime))
-		_, _, _, err := leader.node.appendAsLeader(tp, big, AcksLeader)
+		_, _, _, err := leader.node.appendAsLeader(tp, big, AcksLeader, ntime)
 		require.NoError(t, err)
 	}
 	fetch := func(maxBytes int) *FetchResponse {

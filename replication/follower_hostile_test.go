@@ -95,7 +95,7 @@ func TestFollowerRefusesABatchOfAnEpochAboveTheLeaders(t *testing.T) {
 	require.False(t, refetch, "backs off")
 	require.Equal(t, before, followerState(t, f.log))
 	require.NoError(t, f.node.BecomeLeader(ntp, 6, []int32{1, 2}, []int32{1, 2}, ntime))
-	_, _, _, err = f.node.appendAsLeader(ntp, testBatch(t, "after failover"), AcksLeader)
+	_, _, _, err = f.node.appendAsLeader(ntp, testBatch(t, "after failover"), AcksLeader, ntime)
 	require.NoError(t, err, "a new leader at epoch 6 takes produces")
 
 	_, f = caughtUpPair(t)

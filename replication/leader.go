@@ -107,7 +107,7 @@ func (n *Node) trackFollower(p *partition, id int32, fp FetchPartition, now time
 	case fetchOffset >= rs.lastFetchLeaderLEO && !rs.lastFetchTime.IsZero():
 		rs.lastCaughtUp = rs.lastFetchTime
 	}
-	rs.leo = fetchOffset
+	rs.leo, rs.logStart = fetchOffset, fp.LogStartOffset
 	rs.lastFetchLeaderLEO, rs.lastFetchTime = leo, now
 	if !p.inISR(id) && fetchOffset >= p.log.HighWatermark() && fetchOffset >= p.epochStart &&
 		fp.LogStartOffset >= p.log.LogStartOffset() {
@@ -115,19 +115,19 @@ func (n *Node) trackFollower(p *partition, id int32, fp FetchPartition, now time
 		slices.Sort(isr)
 		n.changeISR(p, isr)
 	}
-	n.maybeAdvanceHW(p)
+	n.maybeAdvanceHW(p, now)
 }
 
-// maybeAdvanceHW moves the high watermark to min(log end) over the ISR,
-// never backwards, not while the ISR is smaller than MinInsyncReplicas,
-// and only while this node leads: a Produce whose fsync ends after the
-// role changed must not move it over what the followers never had.
-// Callers hold p.mu.
-func (n *Node) maybeAdvanceHW(p *partition) {
+// maybeAdvanceHW moves the high watermark to min(log end) over the ISR
+// and the followers about to join it (candidateHW), never backwards, not
+// while the ISR is smaller than MinInsyncReplicas, and only while this
+// node leads: a Produce whose fsync ends after the role changed must not
+// move it over what the followers never had. Callers hold p.mu.
+func (n *Node) maybeAdvanceHW(p *partition, now time.Time) {
 	if p.role != RoleLeader || len(p.isr) < n.cfg.MinInsyncReplicas {
 		return
 	}
-	hw := p.candidateHW(!n.cfg.RelaxedDurability)
+	hw := p.candidateHW(!n.cfg.RelaxedDurability, now, n.cfg.ReplicaLagTime)
 	if hw > p.log.HighWatermark() {
 		p.log.SetHighWatermark(hw)
 		p.hwAdvanced.wake()
@@ -164,15 +164,18 @@ func (n *Node) shrinkISR(p *partition, now time.Time) {
 	}
 	if len(isr) != len(p.isr) {
 		n.changeISR(p, isr)
-		n.maybeAdvanceHW(p)
 	}
+	// Also when the ISR stays: a follower out of it that holds the high
+	// watermark (candidateHW) stops holding it once it is no longer
+	// caught up.
+	n.maybeAdvanceHW(p, now)
 }
 
 // appendAsLeader appends a producer's batches; for acks=all it first
 // checks the ISR size. It returns the append and whether the caller must
 // wait for the high watermark. Acks other than AcksNone, AcksLeader and
 // AcksAll append nothing (ErrInvalidAcks).
-func (n *Node) appendAsLeader(tp TopicPartition, batches []byte, acks Acks) (log.AppendInfo, *partition, context.Context, error) {
+func (n *Node) appendAsLeader(tp TopicPartition, batches []byte, acks Acks, now time.Time) (log.AppendInfo, *partition, context.Context, error) {
 	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
 		return log.AppendInfo{}, nil, nil, fmt.Errorf("%w: %s: acks %d", ErrInvalidAcks, tp, acks)
 	}
@@ -195,7 +198,7 @@ func (n *Node) appendAsLeader(tp TopicPartition, batches []byte, acks Acks) (log
 		}
 		return info, nil, nil, err
 	}
-	n.maybeAdvanceHW(p)
+	n.maybeAdvanceHW(p, now)
 	return info, p, p.leadCtx, nil
 }
 
@@ -204,13 +207,13 @@ func (n *Node) appendAsLeader(tp TopicPartition, batches []byte, acks Acks) (log
 // that the leader's own durable end (its part of the high watermark) keeps
 // up when producers use acks 0 or 1, which do not fsync. Concurrent
 // fetches share fsyncs (the log's group commit). Unless RelaxedDurability.
-func (n *Node) syncLedLogs(req *FetchRequest) {
+func (n *Node) syncLedLogs(req *FetchRequest, now time.Time) {
 	if n.cfg.RelaxedDurability {
 		return
 	}
 	for _, fp := range req.Partitions {
 		if p := n.partition(fp.TopicPartition); p != nil {
-			n.syncLeader(p, false)
+			n.syncLeader(p, false, now)
 		}
 	}
 }
@@ -219,7 +222,7 @@ func (n *Node) syncLedLogs(req *FetchRequest) {
 // Replicator's ticker runs it, so that the high watermark of a partition
 // no follower fetches (its ISR is the leader alone) reaches the log end
 // of acks 0 or 1 produces within a tick. Unless RelaxedDurability.
-func (n *Node) syncAllLed() {
+func (n *Node) syncAllLed(now time.Time) {
 	if n.cfg.RelaxedDurability {
 		return
 	}
@@ -227,7 +230,7 @@ func (n *Node) syncAllLed() {
 	parts := slices.Collect(maps.Values(n.parts))
 	n.mu.RUnlock()
 	for _, p := range parts {
-		n.syncLeader(p, true)
+		n.syncLeader(p, true, now)
 	}
 }
 
@@ -237,7 +240,7 @@ func (n *Node) syncAllLed() {
 // to fsync (the ticker: the log's own fsyncs, SyncInterval or a roll
 // flush, may have made the data durable since the high watermark last
 // moved; a fetch advances it anyway when it tracks the follower).
-func (n *Node) syncLeader(p *partition, always bool) {
+func (n *Node) syncLeader(p *partition, always bool, now time.Time) {
 	p.mu.Lock()
 	lead := p.role == RoleLeader
 	p.mu.Unlock()
@@ -252,6 +255,6 @@ func (n *Node) syncLeader(p *partition, always bool) {
 		}
 	}
 	p.mu.Lock()
-	n.maybeAdvanceHW(p)
+	n.maybeAdvanceHW(p, now)
 	p.mu.Unlock()
 }

@@ -109,7 +109,7 @@ func TestStatsNodeTotalsIncludeThePartitions(t *testing.T) {
 		require.NoError(t, n.AddPartition(tp, l))
 		require.NoError(t, n.BecomeLeader(tp, 1, []int32{0, 1}, []int32{0}, ntime))
 	}
-	_, _, _, err = n.appendAsLeader(b, testBatch(t, "b0"), AcksLeader)
+	_, _, _, err = n.appendAsLeader(b, testBatch(t, "b0"), AcksLeader, ntime)
 	require.NoError(t, err)
 
 	pa := n.partition(a)

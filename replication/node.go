@@ -152,11 +152,18 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	p.followers = map[int32]*replicaState{}
 	for _, id := range replicas {
 		if id != n.id {
-			p.followers[id] = &replicaState{leo: -1, lastCaughtUp: now, lastFetchLeaderLEO: -1}
+			// As in Kafka, an ISR member counts as caught up now, one
+			// out of it as never, until it fetches (candidateHW does not
+			// wait for it before then).
+			rs := &replicaState{leo: -1, lastFetchLeaderLEO: -1}
+			if p.inISR(id) {
+				rs.lastCaughtUp = now
+			}
+			p.followers[id] = rs
 		}
 	}
 	p.epochStart = p.log.LogEndOffset()
-	n.maybeAdvanceHW(p)
+	n.maybeAdvanceHW(p, now)
 	return nil
 }
 

@@ -87,12 +87,18 @@ func testBatch(t *testing.T, values ...string) []byte {
 // watermark.
 func (r *testReplica) produce(t *testing.T, n int, acks Acks) {
 	t.Helper()
+	r.produceAt(t, n, acks, ntime)
+}
+
+// produceAt is produce with the clock at now.
+func (r *testReplica) produceAt(t *testing.T, n int, acks Acks, now time.Time) {
+	t.Helper()
 	for i := 0; i < n; i++ {
-		_, p, _, err := r.node.appendAsLeader(ntp, testBatch(t, fmt.Sprintf("p%d-%d", r.log.LogEndOffset(), i)), acks)
+		_, p, _, err := r.node.appendAsLeader(ntp, testBatch(t, fmt.Sprintf("p%d-%d", r.log.LogEndOffset(), i)), acks, now)
 		require.NoError(t, err)
 		require.NoError(t, p.log.Sync())
 		p.mu.Lock()
-		r.node.maybeAdvanceHW(p)
+		r.node.maybeAdvanceHW(p, now)
 		p.mu.Unlock()
 	}
 }
@@ -688,16 +694,16 @@ func TestNodeFollowerFollowsTheLeadersLogStart(t *testing.T) {
 func TestNodeAcksAllNotEnoughReplicas(t *testing.T) {
 	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2})
 	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1}, []int32{0}, ntime))
-	_, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "a"), AcksAll)
+	_, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "a"), AcksAll, ntime)
 	require.ErrorIs(t, err, ErrNotEnoughReplicas)
 	require.Equal(t, int64(0), leader.log.LogEndOffset(), "a refused acks=all append writes nothing")
-	info, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "b"), AcksLeader)
+	info, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "b"), AcksLeader, ntime)
 	require.NoError(t, err)
 	require.Equal(t, int64(0), info.FirstOffset)
 
 	f := newTestReplica(t, 1, Config{})
 	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
-	_, _, _, err = f.node.appendAsLeader(ntp, testBatch(t, "c"), AcksAll)
+	_, _, _, err = f.node.appendAsLeader(ntp, testBatch(t, "c"), AcksAll, ntime)
 	require.ErrorIs(t, err, ErrNotLeader)
 }
 
@@ -707,7 +713,7 @@ func TestNodeInvalidAcksRefused(t *testing.T) {
 	leader := newTestReplica(t, 0, Config{})
 	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0}, []int32{0}, ntime))
 	for _, acks := range []Acks{-2, 2, 127} {
-		_, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "a"), acks)
+		_, _, _, err := leader.node.appendAsLeader(ntp, testBatch(t, "a"), acks, ntime)
 		require.ErrorIs(t, err, ErrInvalidAcks, "acks %d", acks)
 	}
 	require.Zero(t, leader.log.LogEndOffset())
@@ -771,7 +777,7 @@ func TestNodeFormerLeaderFetchesFromItsDurableEnd(t *testing.T) {
 	both := []int32{0, 1}
 	require.NoError(t, a.node.BecomeLeader(ntp, 1, both, both, ntime))
 	require.NoError(t, b.node.BecomeFollower(ntp, 1, 0))
-	_, _, _, err := a.node.appendAsLeader(ntp, testBatch(t, "x"), AcksAll) // its fsync has not run yet
+	_, _, _, err := a.node.appendAsLeader(ntp, testBatch(t, "x"), AcksAll, ntime) // its fsync has not run yet
 	require.NoError(t, err)
 	fetchOnce(t, b, a, ntime)
 	require.Equal(t, int64(1), b.log.LogEndOffset())
@@ -870,11 +876,11 @@ func TestProduceFailsWhenLeadershipIsLostBeforeTheHighWatermark(t *testing.T) {
 
 	b := newTestReplica(t, 1, Config{MinInsyncReplicas: 1})
 	require.NoError(t, b.node.BecomeLeader(ntp, 2, both, []int32{1}, ntime))
-	_, p, _, err := b.node.appendAsLeader(ntp, testBatch(t, "R2"), AcksLeader)
+	_, p, _, err := b.node.appendAsLeader(ntp, testBatch(t, "R2"), AcksLeader, ntime)
 	require.NoError(t, err)
 	require.NoError(t, b.log.Sync())
 	p.mu.Lock()
-	b.node.maybeAdvanceHW(p)
+	b.node.maybeAdvanceHW(p, ntime)
 	p.mu.Unlock()
 	require.Equal(t, int64(1), b.log.HighWatermark())
 

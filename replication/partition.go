@@ -41,9 +41,17 @@ func (r Role) String() string {
 // replicaState is what a leader knows of one follower.
 type replicaState struct {
 	leo                int64 // the follower's log end offset (its last fetch offset); -1 unknown
+	logStart           int64 // the follower's log start offset, as its last fetch gave it
 	lastCaughtUp       time.Time
 	lastFetchLeaderLEO int64
 	lastFetchTime      time.Time
+}
+
+// caughtUp says whether the follower is caught up at now as Kafka counts
+// it (Replica.isCaughtUp): its log ends at the leader's, leo, or it was
+// last caught up at most lag ago.
+func (rs *replicaState) caughtUp(leo int64, now time.Time, lag time.Duration) bool {
+	return rs.leo == leo || !rs.lastCaughtUp.IsZero() && now.Sub(rs.lastCaughtUp) <= lag
 }
 
 // partition is one replicated partition on this node. Its mutex guards
@@ -118,13 +126,24 @@ func (p *partition) leaderEnd(durable bool) int64 {
 	return p.log.LogEndOffset()
 }
 
-// candidateHW is min(log end) over the ISR. Callers hold p.mu.
-func (p *partition) candidateHW(durable bool) int64 {
+// candidateHW is min(log end) over the ISR and over the followers out of
+// it that are caught up at now (within lag) and could join it (their log
+// starts no lower than the leader's), as in Kafka
+// (Partition.maybeIncrementLeaderHW): a follower that left the ISR must
+// reach the high watermark to join again, and one that the high
+// watermark always ran ahead of, by the appends made since its last
+// fetch, would never join while producers write. Holding the high
+// watermark at such a follower only delays it, by a fetch. Callers hold
+// p.mu.
+func (p *partition) candidateHW(durable bool, now time.Time, lag time.Duration) int64 {
 	hw := p.leaderEnd(durable)
-	for _, id := range p.isr {
-		rs := p.followers[id]
-		if rs == nil {
-			continue // self
+	leo, start := p.log.LogEndOffset(), p.log.LogStartOffset()
+	for id, rs := range p.followers {
+		if !p.inISR(id) {
+			if rs.leo >= 0 && rs.logStart >= start && rs.caughtUp(leo, now, lag) {
+				hw = min(hw, rs.leo)
+			}
+			continue
 		}
 		if rs.leo < 0 {
 			return -1

@@ -172,7 +172,7 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 	if err := ctx.Err(); err != nil {
 		return log.AppendInfo{}, err // appends nothing
 	}
-	info, p, leadCtx, err := r.node.appendAsLeader(tp, batches, acks)
+	info, p, leadCtx, err := r.node.appendAsLeader(tp, batches, acks, r.cfg.Now())
 	if err != nil {
 		return info, err
 	}
@@ -185,7 +185,7 @@ func (r *Replicator) Produce(ctx context.Context, tp TopicPartition, batches []b
 			return info, fmt.Errorf("%w: %w", ErrStorage, err)
 		}
 		p.mu.Lock()
-		r.node.maybeAdvanceHW(p)
+		r.node.maybeAdvanceHW(p, r.cfg.Now())
 		p.mu.Unlock()
 	}
 	return info, r.awaitHighWatermark(ctx, tp, p, leadCtx, info.LastOffset)
@@ -286,7 +286,7 @@ func (r *Replicator) holdFetch(ctx context.Context, req *FetchRequest, s *serveS
 	defer r.newData.remove(s.wake)
 	for {
 		r.newData.add(s.wake)
-		r.node.syncLedLogs(req)
+		r.node.syncLedLogs(req, r.cfg.Now())
 		if r.ctx.Err() != nil {
 			// Closing: serve nothing, so that no follower is tracked and
 			// no ISR change reported once Close began.
@@ -434,8 +434,9 @@ func (r *Replicator) tickLoop() {
 	for {
 		select {
 		case <-t.C:
-			r.node.Tick(r.cfg.Now())
-			r.node.syncAllLed()
+			now := r.cfg.Now()
+			r.node.Tick(now)
+			r.node.syncAllLed(now)
 		case <-r.ctx.Done():
 			return
 		}

@@ -704,7 +704,7 @@ func (s *sim) produce(c *simClient) {
 		return
 	}
 	n := s.nodes[target]
-	info, p, ctx, err := n.node.appendAsLeader(c.tp, bytes.Clone(c.cur.bytes), AcksAll)
+	info, p, ctx, err := n.node.appendAsLeader(c.tp, bytes.Clone(c.cur.bytes), AcksAll, s.now())
 	switch {
 	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNotEnoughReplicas):
 		if errors.Is(err, ErrNotEnoughReplicas) {
@@ -757,7 +757,7 @@ func (s *sim) runSync(i int) {
 			return
 		}
 		w.p.mu.Lock()
-		n.node.maybeAdvanceHW(w.p)
+		n.node.maybeAdvanceHW(w.p, s.now())
 		w.p.mu.Unlock()
 	}
 	w.synced = true
@@ -1485,7 +1485,7 @@ func (s *sim) appendOn(t *testing.T, id int32, value string, acks Acks) log.Appe
 	bb.Add(s.now().UnixMilli(), nil, []byte(value))
 	b, err := bb.Build(nil)
 	require.NoError(t, err)
-	info, _, _, err := s.nodes[id].node.appendAsLeader(s.tps[0], b, acks)
+	info, _, _, err := s.nodes[id].node.appendAsLeader(s.tps[0], b, acks, s.now())
 	require.NoError(t, err)
 	return info
 }
@@ -1734,7 +1734,7 @@ func TestScenarioS14ISRBelowMinISR(t *testing.T) {
 	require.Less(t, l.HighWatermark(), l.LogEndOffset())
 
 	end := l.LogEndOffset()
-	_, _, _, err := leader.node.appendAsLeader(tp, testBatch(t, "refused"), AcksAll)
+	_, _, _, err := leader.node.appendAsLeader(tp, testBatch(t, "refused"), AcksAll, ntime)
 	require.ErrorIs(t, err, ErrNotEnoughReplicas)
 	require.Equal(t, end, l.LogEndOffset(), "a refused append writes nothing")
 	s.produce(c2)

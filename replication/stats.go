@@ -78,9 +78,11 @@ type FollowerStats struct {
 	// LastFetch is when it last fetched; LastCaughtUp, when it was last
 	// caught up, as Kafka counts it: at a fetch of the leader's log end,
 	// or, at a fetch reaching the log end the leader had at the previous
-	// fetch, that previous fetch's time (the role change's time before
-	// any fetch). Its ISR membership runs out ReplicaLagTime after
-	// LastCaughtUp.
+	// fetch, that previous fetch's time (before any fetch, the role
+	// change's time for an ISR member, zero for a follower out of the
+	// ISR). Its ISR membership runs out ReplicaLagTime after
+	// LastCaughtUp; out of the ISR, the high watermark waits for it while
+	// it is caught up within ReplicaLagTime.
 	LastFetch, LastCaughtUp time.Time
 	// InSync says the follower is in the ISR.
 	InSync bool
