@@ -67,7 +67,11 @@ type Config struct {
 	// partition's lock held, which keeps a partition's ISR changes in
 	// order, so it must be short and must not call into the Node or
 	// Replicator (Stats, role changes, Produce...): that deadlocks the
-	// partition. Hand such work to another goroutine.
+	// partition. Hand such work to another goroutine. A follower whose
+	// joining is refused but that keeps fetching stays caught up, and the
+	// high watermark keeps waiting for its fetches (see the package
+	// documentation): stop a replica that must not join from fetching,
+	// or drop it from the replicas with BecomeLeader.
 	OnISRChange func(tp TopicPartition, leaderEpoch int32, isr []int32) error
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger

@@ -131,3 +131,31 @@ func TestFollowerStartingBelowTheLeaderDoesNotHoldTheHighWatermark(t *testing.T)
 	require.Equal(t, int64(4), f2.log.LogEndOffset())
 	require.Equal(t, int64(5), leader.log.HighWatermark(), "a follower that cannot join the ISR holds the high watermark")
 }
+
+// TestFollowerJoiningOnItsFirstFetchStaysInTheISR: a follower out of the
+// ISR at the role change has never caught up; when it joins on its first
+// fetch (at the high watermark and the epoch start, below the log end) it
+// must have the grace of an ISR member, not be dropped at the next Tick
+// as never caught up, which would also refuse acks=all again.
+func TestFollowerJoiningOnItsFirstFetchStaysInTheISR(t *testing.T) {
+	const lag = 10 * time.Second
+	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2, ReplicaLagTime: lag})
+	f := newTestReplica(t, 1, Config{})
+	both := []int32{0, 1}
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, both, both, ntime))
+	require.NoError(t, f.node.BecomeFollower(ntp, 1, 0))
+	leader.produce(t, 2, AcksLeader)
+	for range 2 {
+		fetchOnce(t, f, leader, ntime)
+	}
+	require.Equal(t, int64(2), leader.log.HighWatermark())
+
+	t1 := ntime.Add(time.Minute)
+	require.NoError(t, leader.node.BecomeLeader(ntp, 2, both, []int32{0}, t1))
+	require.NoError(t, f.node.BecomeFollower(ntp, 2, 0))
+	leader.produceAt(t, 1, AcksLeader, t1) // log end 3, high watermark 2 (ISR below the minimum)
+	fetchOnce(t, f, leader, t1.Add(10*time.Millisecond))
+	require.Equal(t, both, leader.isr(), "joins on its first fetch: at the high watermark and the epoch start")
+	leader.node.Tick(t1.Add(20 * time.Millisecond)) // before its next fetch
+	require.Equal(t, both, leader.isr(), "dropped at the next Tick")
+}

@@ -114,6 +114,13 @@ func (n *Node) trackFollower(p *partition, id int32, fp FetchPartition, now time
 		isr := append(slices.Clone(p.isr), id)
 		slices.Sort(isr)
 		n.changeISR(p, isr)
+		if p.inISR(id) && rs.lastCaughtUp.IsZero() {
+			// It just caught up to the high watermark: the grace an ISR
+			// member has from the role change, else the next Tick drops
+			// a follower that joined on its first fetch (in Kafka, the
+			// AlterPartition round trip masks this).
+			rs.lastCaughtUp = now
+		}
 	}
 	n.maybeAdvanceHW(p, now)
 }

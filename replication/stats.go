@@ -82,7 +82,8 @@ type FollowerStats struct {
 	// change's time for an ISR member, zero for a follower out of the
 	// ISR). Its ISR membership runs out ReplicaLagTime after
 	// LastCaughtUp; out of the ISR, the high watermark waits for it while
-	// it is caught up within ReplicaLagTime.
+	// it is caught up (at the leader's log end, or within ReplicaLagTime
+	// of LastCaughtUp) and its log starts no lower than the leader's.
 	LastFetch, LastCaughtUp time.Time
 	// InSync says the follower is in the ISR.
 	InSync bool
