@@ -29,6 +29,19 @@ func TestFollowerRejoinsTheISRUnderSteadyProduce(t *testing.T) {
 	require.Equal(t, []int32{0, 1}, leader.isr(), "a caught-up follower must join the ISR again")
 }
 
+// leaderWithFollowerOutOfTheISR returns node 0 leading at epoch 1 with
+// MinInsyncReplicas 2 and ReplicaLagTime lag, replicas {0, 1, 2} and ISR
+// {0, 1}, and its followers 1 and 2 (2 with f2cfg).
+func leaderWithFollowerOutOfTheISR(t *testing.T, lag time.Duration, f2cfg Config) (leader, f1, f2 *testReplica) {
+	t.Helper()
+	leader = newTestReplica(t, 0, Config{MinInsyncReplicas: 2, ReplicaLagTime: lag})
+	f1, f2 = newTestReplica(t, 1, Config{}), newTestReplica(t, 2, f2cfg)
+	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1, 2}, []int32{0, 1}, ntime))
+	require.NoError(t, f1.node.BecomeFollower(ntp, 1, 0))
+	require.NoError(t, f2.node.BecomeFollower(ntp, 1, 0))
+	return leader, f1, f2
+}
+
 // TestFollowerOutOfTheISRHoldsTheHighWatermarkOnlyWhileCaughtUp: a
 // follower that could join the ISR but is kept out of it (the
 // application refuses the change here) holds the high watermark at its
@@ -37,11 +50,7 @@ func TestFollowerRejoinsTheISRUnderSteadyProduce(t *testing.T) {
 // for good.
 func TestFollowerOutOfTheISRHoldsTheHighWatermarkOnlyWhileCaughtUp(t *testing.T) {
 	const lag = 10 * time.Second
-	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2, ReplicaLagTime: lag})
-	f1, f2 := newTestReplica(t, 1, Config{}), newTestReplica(t, 2, Config{})
-	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1, 2}, []int32{0, 1}, ntime))
-	require.NoError(t, f1.node.BecomeFollower(ntp, 1, 0))
-	require.NoError(t, f2.node.BecomeFollower(ntp, 1, 0))
+	leader, f1, f2 := leaderWithFollowerOutOfTheISR(t, lag, Config{})
 	leader.refuseISR = true
 	now := ntime.Add(time.Second)
 	leader.produceAt(t, 2, AcksLeader, now)
@@ -70,12 +79,7 @@ func TestFollowerOutOfTheISRHoldsTheHighWatermarkOnlyWhileCaughtUp(t *testing.T)
 // behind the leader) does not hold the high watermark: the ISR's
 // acks=all must not wait for a follower rebuilding its log.
 func TestFollowerBehindOutOfTheISRDoesNotHoldTheHighWatermark(t *testing.T) {
-	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2, ReplicaLagTime: 10 * time.Second})
-	f1 := newTestReplica(t, 1, Config{})
-	f2 := newTestReplica(t, 2, Config{FetchMaxBytes: 1})
-	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1, 2}, []int32{0, 1}, ntime))
-	require.NoError(t, f1.node.BecomeFollower(ntp, 1, 0))
-	require.NoError(t, f2.node.BecomeFollower(ntp, 1, 0))
+	leader, f1, f2 := leaderWithFollowerOutOfTheISR(t, 10*time.Second, Config{FetchMaxBytes: 1})
 	now := ntime.Add(time.Second)
 	leader.produceAt(t, 20, AcksLeader, now)
 	for range 2 {
@@ -99,11 +103,7 @@ func TestFollowerBehindOutOfTheISRDoesNotHoldTheHighWatermark(t *testing.T) {
 // cannot join the ISR (its records below the leader's start cannot be
 // checked), so it does not hold the high watermark either.
 func TestFollowerStartingBelowTheLeaderDoesNotHoldTheHighWatermark(t *testing.T) {
-	leader := newTestReplica(t, 0, Config{MinInsyncReplicas: 2, ReplicaLagTime: 10 * time.Second})
-	f1, f2 := newTestReplica(t, 1, Config{}), newTestReplica(t, 2, Config{})
-	require.NoError(t, leader.node.BecomeLeader(ntp, 1, []int32{0, 1, 2}, []int32{0, 1}, ntime))
-	require.NoError(t, f1.node.BecomeFollower(ntp, 1, 0))
-	require.NoError(t, f2.node.BecomeFollower(ntp, 1, 0))
+	leader, f1, f2 := leaderWithFollowerOutOfTheISR(t, 10*time.Second, Config{})
 	now := ntime.Add(time.Second)
 	leader.produceAt(t, 4, AcksLeader, now)
 	for range 2 {
