@@ -206,7 +206,8 @@
 // sizes are checked against the configured limits (TCPOptions
 // MaxFrameBytes, and MaxRequestBytes for requests) before anything is
 // allocated. A server closes a connection idle for IdleTimeout between
-// requests, or whose request body takes longer than RequestTimeout.
+// requests, or whose request body takes longer than RequestTimeout, and
+// with MaxConnections set serves no more connections than that at once.
 //
 //	offset size  field
 //	     0    4  length         bytes after this field

@@ -83,6 +83,13 @@ type TCPOptions struct {
 	// MaxIdleConns is how many idle connections the transport keeps per
 	// node for reuse (default DefaultMaxIdleConns).
 	MaxIdleConns int
+	// MaxConnections is how many connections a server serves at once
+	// (server only; 0, the default: no limit). At the limit it accepts
+	// no more until one closes, as Kafka's max.connections does: a new
+	// peer waits in the listen backlog, and its fetch times out if no
+	// connection closes within its RequestTimeout. Connections that stay
+	// idle past IdleTimeout are closed, which frees their slots.
+	MaxConnections int
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
 }
@@ -123,6 +130,8 @@ func (o TCPOptions) validate() error {
 		return fmt.Errorf("replication: MaxRequestBytes %d outside [4 KiB, MaxFrameBytes %d]", o.MaxRequestBytes, o.MaxFrameBytes)
 	case o.MaxIdleConns < 0:
 		return fmt.Errorf("replication: negative MaxIdleConns")
+	case o.MaxConnections < 0:
+		return fmt.Errorf("replication: negative MaxConnections")
 	}
 	return nil
 }

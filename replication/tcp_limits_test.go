@@ -48,6 +48,7 @@ func TestTCPOptionsLimits(t *testing.T) {
 		{MaxRequestBytes: 4<<10 - 1},
 		{MaxRequestBytes: -1},
 		{MaxFrameBytes: 64 << 10, MaxRequestBytes: 64<<10 + 1},
+		{MaxConnections: -1},
 	} {
 		_, err := bad.withDefaults()
 		require.Error(t, err, "%+v", bad)

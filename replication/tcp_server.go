@@ -31,11 +31,11 @@ import (
 // between requests, or whose request body does not arrive within
 // RequestTimeout of its header, is closed.
 //
-// The server does not limit the number of connections. Each keeps its
-// last request's buffer (up to 1 MiB; larger ones are dropped) and its
-// response's headers until its next request, idle ones too, for up to
-// IdleTimeout: where peers may open many connections, bound them with
-// the listener (golang.org/x/net/netutil.LimitListener, say).
+// Each connection keeps its last request's buffer (up to 1 MiB; larger
+// ones are dropped) and its response's headers until its next request,
+// idle ones too, for up to IdleTimeout. The server serves at most
+// MaxConnections at once when that is set; where peers may open many
+// connections, set it.
 //
 // The handler receives a context that ends when the server is closed, and
 // must return soon after it does. A TCPServer is safe for concurrent use;
@@ -48,6 +48,10 @@ type TCPServer struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+
+	// slots holds a token for each connection served, when
+	// MaxConnections limits them; nil otherwise.
+	slots chan struct{}
 
 	mu        sync.Mutex
 	conns     map[net.Conn]struct{}
@@ -70,6 +74,9 @@ func NewTCPServer(handler FetchHandler, ln net.Listener, opts TCPOptions) (*TCPS
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &TCPServer{handler: handler, ln: ln, opts: o, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}, closeDone: make(chan struct{})}
+	if o.MaxConnections > 0 {
+		s.slots = make(chan struct{}, o.MaxConnections)
+	}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
@@ -82,8 +89,12 @@ func (s *TCPServer) acceptLoop() {
 	defer s.wg.Done()
 	var delay time.Duration
 	for {
+		if !s.takeSlot() {
+			return
+		}
 		nc, err := s.ln.Accept()
 		if err != nil {
+			s.releaseSlot()
 			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -103,6 +114,7 @@ func (s *TCPServer) acceptLoop() {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
+			s.releaseSlot()
 			_ = nc.Close()
 			return
 		}
@@ -110,6 +122,34 @@ func (s *TCPServer) acceptLoop() {
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.serve(nc)
+	}
+}
+
+// takeSlot waits for a connection slot when MaxConnections limits them;
+// it reports false if the server closed first.
+func (s *TCPServer) takeSlot() bool {
+	if s.slots == nil {
+		return true
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+	}
+	s.opts.Logger.Warn("replication: connection limit reached, accepting none until one closes", "max_connections", cap(s.slots))
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// releaseSlot frees the slot of a connection that closed or was never
+// accepted.
+func (s *TCPServer) releaseSlot() {
+	if s.slots != nil {
+		<-s.slots
 	}
 }
 
@@ -144,6 +184,7 @@ func (s *TCPServer) serve(nc net.Conn) {
 		delete(s.conns, nc)
 		s.mu.Unlock()
 		_ = nc.Close()
+		s.releaseSlot()
 	}()
 	if !s.handshake(nc) {
 		return
