@@ -64,12 +64,21 @@ func (l *Log) readBounds(offset int64, o ReadOptions) (end int64, err error) {
 
 // locate finds the first batch whose last offset is >= offset, searching
 // from the segment that should hold it, and returns its header, read
-// into hdr. Callers hold readMu shared.
-func (l *Log) locate(offset, end int64, hdr *[BatchHeaderSize]byte) (*segment, int64, Batch, bool, error) {
+// into hdr. With remembered, the header of the log's last batch may be
+// the one appended rather than the file's (segment.findRemembered), and
+// the caller checks the file's against it. Callers hold readMu shared.
+func (l *Log) locate(offset, end int64, hdr *[BatchHeaderSize]byte, remembered bool) (*segment, int64, Batch, bool, error) {
 	segs := l.segments()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
 	for i = max(i, 0); i < len(segs); i++ {
-		pos, ok, err := segs[i].find(offset, l.opts.MaxBatchBytes, hdr)
+		var pos int64
+		var ok bool
+		var err error
+		if remembered {
+			pos, ok, err = segs[i].findRemembered(offset, l.opts.MaxBatchBytes, hdr)
+		} else {
+			pos, ok, err = segs[i].find(offset, l.opts.MaxBatchBytes, hdr)
+		}
 		if err != nil {
 			return nil, 0, nil, false, err
 		}
@@ -90,7 +99,7 @@ func (l *Log) regionEnd(s *segment, end int64) (int64, error) {
 	if end < s.next.Load() {
 		hdr := headerPool.Get().(*[BatchHeaderSize]byte)
 		defer headerPool.Put(hdr)
-		p, ok, err := s.find(end, l.opts.MaxBatchBytes, hdr)
+		p, ok, err := s.findRemembered(end, l.opts.MaxBatchBytes, hdr)
 		if err != nil {
 			return 0, err
 		}
@@ -124,7 +133,7 @@ func (l *Log) Read(dst []byte, offset int64, o ReadOptions) ([]byte, error) {
 	}
 	hp := headerPool.Get().(*[BatchHeaderSize]byte)
 	defer headerPool.Put(hp)
-	s, pos, hdr, ok, err := l.locate(offset, end, hp)
+	s, pos, hdr, ok, err := l.locate(offset, end, hp, true)
 	if err != nil || !ok {
 		return dst, err
 	}
@@ -279,7 +288,7 @@ func (l *Log) ReadRegion(offset int64, o ReadOptions) (Region, error) {
 	}
 	hp := headerPool.Get().(*[BatchHeaderSize]byte)
 	defer headerPool.Put(hp)
-	s, pos, hdr, ok, err := l.locate(offset, end, hp)
+	s, pos, hdr, ok, err := l.locate(offset, end, hp, true)
 	if err != nil || !ok {
 		return Region{FirstOffset: offset, NextOffset: offset}, err
 	}

@@ -298,7 +298,7 @@ func (r *Reader) segmentIndex() int {
 // locate finds the segment and position of r.next through the index.
 // Callers hold readMu shared.
 func (r *Reader) locate(end int64) error {
-	s, pos, _, ok, err := r.l.locate(r.next, end, &r.hdr)
+	s, pos, _, ok, err := r.l.locate(r.next, end, &r.hdr, false)
 	if err != nil {
 		return err
 	}

@@ -260,11 +260,20 @@ var headerPool = sync.Pool{New: func() any { return new([BatchHeaderSize]byte) }
 // offset, with its header in hdr, or ok=false when there is none in this
 // segment.
 func (s *segment) find(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (pos int64, ok bool, err error) {
+	pos, _, ok, err = s.findAfter(offset, maxBatch, hdr, false)
+	return pos, ok, err
+}
+
+// findRemembered is find that answers from the remembered last batch
+// (tailBatch) when offset falls in it, without reading the file. The
+// header it gives is the one appended, not the file's: a caller that
+// reads the batch must check that the file holds that header, since a
+// base offset damaged on disk (it is outside the CRC) would go unseen.
+func (s *segment) findRemembered(offset int64, maxBatch int, hdr *[BatchHeaderSize]byte) (pos int64, ok bool, err error) {
 	if pos, ok := s.tail.find(offset, s.size.Load(), hdr); ok {
 		return pos, true, nil
 	}
-	pos, _, ok, err = s.findAfter(offset, maxBatch, hdr, false)
-	return pos, ok, err
+	return s.find(offset, maxBatch, hdr)
 }
 
 // findAfter is find that also returns where the batch before the one

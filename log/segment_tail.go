@@ -16,6 +16,14 @@ import "sync"
 // a reader that found an offset below the log end never sees a tail
 // older than that offset's batch; it may see a newer one, and then reads
 // the headers as before.
+//
+// Read and ReadRegion use it (segment.findRemembered). Read checks that
+// the file holds the header remembered; ReadRegion does not read the
+// file, so its FirstOffset is the remembered header's while its bytes
+// are the file's, which only differ if the file was damaged after the
+// append (a follower refuses a base offset below its log end). Calls that go on from the header without such a check (a Reader's
+// positioning, OffsetForTimestamp, the producer-state replay) read it
+// from the file, where find checks it against the batch before.
 type tailBatch struct {
 	mu  sync.Mutex
 	ok  bool
