@@ -131,3 +131,18 @@ func TestOffsetForTimestampAtLogEndRefusesADamagedHeader(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 }
+
+// OffsetForTimestamp steps over batches from a time index entry: a base
+// offset damaged on disk (outside the CRC) on the way, overlapping the
+// batch before, fails with ErrCorrupt rather than giving an offset
+// computed from it.
+func TestOffsetForTimestampRefusesADamagedBaseOnTheWay(t *testing.T) {
+	fs, opts := memLog()
+	l := openLog(t, "/log", opts)
+	want := appendN(t, l, 10, 1000)
+	const damaged = 5
+	b := Batch(want[damaged])
+	setBaseOffset(t, fs, int64(positionOf(want, damaged)), b.BaseOffset()-1)
+	off, ok, err := l.OffsetForTimestamp(b.MaxTimestamp())
+	require.ErrorIs(t, err, ErrCorrupt, "answered %d, %v", off, ok)
+}

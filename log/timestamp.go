@@ -107,6 +107,7 @@ func (l *Log) offsetForTimestampIn(s *segment, ts, start, end int64) (int64, boo
 	}
 	var buf []byte
 	size := s.size.Load()
+	prevNext := int64(-1) // where the batch stepped over last ended
 	for pos < size {
 		h, err := s.batchHeaderAt(pos, &hdr)
 		if err != nil {
@@ -119,6 +120,10 @@ func (l *Log) offsetForTimestampIn(s *segment, ts, start, end int64) (int64, boo
 		b := Batch(buf)
 		if err := b.ValidateHeader(); err != nil {
 			return 0, false, fmt.Errorf("segment %d at position %d: %w", s.base, pos, err)
+		}
+		if b.BaseOffset() < prevNext { // a base offset damaged on disk
+			return 0, false, fmt.Errorf("%w: batch at position %d of %s starts at offset %d, below the end of the batch before (%d)",
+				ErrCorrupt, pos, s.path(logSuffix), b.BaseOffset(), prevNext)
 		}
 		if b.BaseOffset() >= end {
 			return 0, false, nil // appended after the call began
@@ -133,6 +138,7 @@ func (l *Log) offsetForTimestampIn(s *segment, ts, start, end int64) (int64, boo
 			}
 		}
 		pos += int64(b.Size())
+		prevNext = b.NextOffset()
 	}
 	return 0, false, nil
 }
