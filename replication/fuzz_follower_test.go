@@ -141,3 +141,85 @@ func checkFromLeader(t *testing.T, data, sent []byte) (movedBase bool) {
 	}
 	return movedBase
 }
+
+// applyInPieces hands resp to a as streamFetchResponse does when the
+// body arrives in pieces: each partition's records in leading whole
+// batches of what arrived, at the arrival points cuts gives (byte
+// offsets into the records, as 256ths of their length).
+func applyInPieces(a *responseApplier, resp *FetchResponse, cuts []byte) {
+	for i := range resp.Partitions {
+		pr := resp.Partitions[i]
+		recs := pr.Records
+		pr.Records = nil
+		a.beginPartition(i, &pr)
+		var arrivals []int
+		for _, c := range cuts {
+			if len(recs) > 0 {
+				arrivals = append(arrivals, int(c)*len(recs)/256)
+			}
+		}
+		arrivals = append(arrivals, len(recs))
+		pos := 0
+		for _, avail := range arrivals {
+			for pos < avail {
+				k := wholeBatches(recs[pos:avail])
+				if k == 0 && avail < len(recs) {
+					break
+				}
+				if k == 0 {
+					k = avail - pos
+				}
+				a.records(recs[pos : pos+k : pos+k])
+				pos += k
+			}
+		}
+		a.endPartition()
+	}
+}
+
+// FuzzFollowerApplyPieces is FuzzFollowerApply with the records
+// applied in pieces, as a large response over TCP is.
+func FuzzFollowerApplyPieces(f *testing.F) {
+	f.Add([]byte{}, []byte{128}, int8(0))
+	f.Add([]byte{0, 3, 0x40}, []byte{64, 128, 200}, int8(0))
+	f.Add([]byte{2, 0, 90}, []byte{10, 100}, int8(0))
+	f.Add([]byte{3, 0, 200}, []byte{85, 170}, int8(0))
+	f.Add([]byte{0, 20, 1}, []byte{1, 2, 3, 250}, int8(5))
+	f.Fuzz(func(t *testing.T, ops []byte, cuts []byte, hwDelta int8) {
+		if len(cuts) > 16 {
+			cuts = cuts[:16]
+		}
+		leader, follower := newCaughtUpPair(t)
+		kept, err := readAll(follower.log)
+		require.NoError(t, err)
+		leader.produce(t, 4, AcksLeader)
+		req, resp := fetchFrom(t, follower, leader, ntime)
+		pr := &resp.Partitions[0]
+		sent := pr.Records
+		pr.Records = damageRecords(sent, ops)
+		pr.HighWatermark += int64(hwDelta)
+		a := follower.node.newResponseApplier(0, req, func() time.Time { return ntime })
+		applyInPieces(a, resp, cuts)
+		_, _ = a.finish(true)
+
+		l := follower.log
+		data, err := readAll(l)
+		require.NoError(t, err, "the follower's log does not read back")
+		require.LessOrEqual(t, l.HighWatermark(), l.LogEndOffset())
+		require.True(t, bytes.HasPrefix(data, kept), "the follower lost batches it had")
+		if checkFromLeader(t, data, sent) {
+			return
+		}
+		now := ntime
+		for range 8 {
+			now = now.Add(time.Minute)
+			req := follower.node.BuildFetch(0, now)
+			require.NotNil(t, req)
+			resp, err := leader.node.HandleFetch(req, now)
+			require.NoError(t, err)
+			require.NoError(t, resp.Materialize())
+			_, _ = follower.node.HandleFetchResponse(0, req, resp, now)
+		}
+		requireSameLog(t, leader.log, follower.log)
+	})
+}

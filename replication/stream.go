@@ -129,7 +129,7 @@ func streamFetchResponse(s *bodyStream, sink fetchSink) error {
 			return err
 		}
 		p, recLen := decodePartitionHeader(r)
-		if r.err == nil && recLen > r.remaining() {
+		if r.err == nil && (recLen < 0 || recLen > r.remaining()) { // < 0: a u32 past MaxInt32 where int has 32 bits
 			r.take(recLen, "records") // sets the error
 		}
 		if r.err != nil {

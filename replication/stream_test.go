@@ -267,3 +267,27 @@ func TestWholeBatchesStopsAtABatchStillArriving(t *testing.T) {
 	partial := append(slices.Clone(two), one[:len(one)/2]...)
 	require.Zero(t, testing.AllocsPerRun(100, func() { wholeBatches(partial) }))
 }
+
+// A response's records length is a u32. Where int has 32 bits (386,
+// arm), one of 2^31 or more became a negative int that
+// streamFetchResponse took for records that fit: it moved its read
+// offset back before the body and sliced the body at a negative index, a
+// panic from a leader's bytes (S17). Both decoders refuse it. On 64-bit
+// machines the length is simply too large; the 32-bit case runs with
+// qemu-user-static:
+// GOARCH=arm GOARM=7 go test -exec qemu-arm-static -run TestStreamRefusesARecordsLengthPastMaxInt32 ./replication/
+func TestStreamRefusesARecordsLengthPastMaxInt32(t *testing.T) {
+	frame, err := appendFetchResponseFrame(nil, 1, &FetchResponse{Partitions: []FetchPartitionResponse{
+		{TopicPartition: TopicPartition{Topic: "t"}}, {TopicPartition: TopicPartition{Topic: "t", Partition: 1}}}})
+	require.NoError(t, err)
+	body := frame[frameHeaderSize:]
+	// The first partition's records length, its header's last 4 bytes.
+	recLenAt := 4 + responsePartitionHeaderFixed + len("t") - 4
+	for _, l := range []uint32{1 << 31, 1<<32 - 1, 1<<32 - 256} {
+		binary.BigEndian.PutUint32(body[recLenAt:], l)
+		_, derr := decodeFetchResponse(body)
+		require.ErrorIs(t, derr, ErrMalformedFrame)
+		_, serr := streamDecode(t, body, 7)
+		require.ErrorIs(t, serr, ErrMalformedFrame, "records length %#x", l)
+	}
+}

@@ -406,7 +406,7 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 		return nil, body, true, false, nil
 	}
 	if sink != nil && h.typ == msgFetchResponse && h.bodyLen <= c.br.Size() {
-		keep, err := c.sinkBuffered(h.bodyLen, sink)
+		keep, err := c.sinkBuffered(h.bodyLen, len(req.Partitions), sink)
 		return nil, buf, keep, false, err
 	}
 	body, err := readBody(c.br, h.bodyLen, buf[:0], expect)
@@ -420,7 +420,7 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 			if err == nil {
 				sinkResponse(&c.resp, sink)
 			}
-			clear(c.resp.Partitions) // they alias body
+			c.forgetResp(len(req.Partitions)) // they alias body
 			return nil, body, true, false, err
 		}
 		resp, err := decodeFetchResponse(body)
@@ -436,7 +436,7 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 // follower's steady fetches (a batch or a few) then copy nothing out of
 // the buffer. keep says the stream is still in step: false when the
 // body did not arrive whole; a body that does not decode is consumed.
-func (c *tcpConn) sinkBuffered(n int, sink fetchSink) (keep bool, err error) {
+func (c *tcpConn) sinkBuffered(n, asked int, sink fetchSink) (keep bool, err error) {
 	body, err := c.br.Peek(n)
 	if err != nil {
 		return false, bodyErr(err, n)
@@ -445,9 +445,22 @@ func (c *tcpConn) sinkBuffered(n int, sink fetchSink) (keep bool, err error) {
 	if err == nil {
 		sinkResponse(&c.resp, sink)
 	}
-	clear(c.resp.Partitions) // they alias the read buffer
+	c.forgetResp(asked) // they alias the read buffer
 	_, _ = c.br.Discard(n)
 	return true, err
+}
+
+// forgetResp drops c.resp's references to the body just handed on, and
+// its array when a response of more partitions than the asked ones (and
+// than keepResponsePartitions) grew it: a leader could otherwise pin an
+// array of MaxFrameBytes/49 partitions, about 2.8 times the frame, for
+// the connection's life.
+func (c *tcpConn) forgetResp(asked int) {
+	if len(c.resp.Partitions) > max(asked, keepResponsePartitions) {
+		c.resp = FetchResponse{}
+		return
+	}
+	clear(c.resp.Partitions)
 }
 
 // Close closes every connection; Fetch calls in flight fail and later
