@@ -363,6 +363,7 @@ func (s *TCPServer) answer(c *serverConn, corr uint64, req *FetchRequest) bool {
 	var dropped int
 	c.scratch, dropped, err = buildFetchResponse(&c.b, c.scratch, corr, resp, s.opts.MaxFrameBytes)
 	if err != nil {
+		c.b.Reset() // forget the segment files added before the error
 		return s.writeError(c, corr, err)
 	}
 	if dropped > 0 {
