@@ -217,8 +217,13 @@
 // after it. The snapshots Close writes stay until retention deletes
 // their segment, one per Close, each the size of the producer state: each
 // is the exact state at its offset, which a rebuild after TruncateTo
-// there could not always reproduce (see below). A retried batch (same producer epoch and sequence range as one
-// of the producer's last five still in the log) is not written again:
+// there could not always reproduce (see below). Before segments are
+// deleted, the first segment left gets a snapshot at its base if it has
+// none (a crash lost its roll snapshot before the flush wrote it): the
+// state is rebuilt from the segments about to go, since no later rebuild
+// could read them. A retried batch (same producer epoch and sequence
+// range as one of the producer's last five still in the log) is not
+// written again:
 // Append returns the original offsets with AppendInfo.Duplicate set. When
 // the log start moves (DeleteRecordsBefore, retention), cached batches
 // that end before it are dropped, and the producers left with none

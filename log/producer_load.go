@@ -22,7 +22,24 @@ func (l *Log) loadProducerState(end int64) error {
 			}
 		}
 	}
-	l.producers = newProducerState()
+	ps, err := l.rebuildProducers(end)
+	if err != nil {
+		return err
+	}
+	l.producers = ps
+	l.producers.truncateHead(l.logStart.Load())
+	l.producers.expire(l.expiryCutoff())
+	return nil
+}
+
+// rebuildProducers returns the producer state as of end from the newest
+// valid snapshot at or below it (deleting the corrupt ones it meets) and
+// the batches after it, or all the batches on disk without one; it
+// neither drops cached batches below the log start nor expires
+// producers, and leaves l.producers alone. Callers hold l.mu or run
+// before the Log is shared.
+func (l *Log) rebuildProducers(end int64) (*producerState, error) {
+	ps := newProducerState()
 	// From the first batch still on disk, not from the log start: the
 	// batches between them were applied live before the log start passed
 	// them (a marker's epoch among them), and truncateHead then treats
@@ -30,9 +47,12 @@ func (l *Log) loadProducerState(end int64) error {
 	from := l.segments()[0].base
 	snaps := l.snapshots.list()
 	for i := len(snaps) - 1; i >= 0; i-- {
+		if snaps[i] > end {
+			continue
+		}
 		data, err := readWholeFileMax(l.opts.FS, l.snapshotPath(snaps[i]), maxProducerSnapshotBytes)
 		if err != nil && !errors.Is(err, ErrCorrupt) { // too large to be one: corrupt
-			return err
+			return nil, err
 		}
 		var producers map[int64]*producerEntry
 		if err == nil {
@@ -41,25 +61,20 @@ func (l *Log) loadProducerState(end int64) error {
 		if err != nil {
 			l.opts.Logger.Warn("replog/log: deleting unreadable producer snapshot", "dir", l.dir, "err", err)
 			if err := l.deleteSnapshot(snaps[i]); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
-		l.producers = producerStateOf(producers)
+		ps = producerStateOf(producers)
 		from = max(snaps[i], from)
 		break
 	}
-	if err := l.replayProducers(from, end); err != nil {
-		return err
-	}
-	l.producers.truncateHead(l.logStart.Load())
-	l.producers.expire(l.expiryCutoff())
-	return nil
+	return ps, l.replayProducers(ps, from, end)
 }
 
 // replayProducers applies the producer batches with offsets in
-// [from, end) to the state, without sequence checks.
-func (l *Log) replayProducers(from, end int64) error {
+// [from, end) to ps, without sequence checks.
+func (l *Log) replayProducers(ps *producerState, from, end int64) error {
 	if from >= end {
 		// Nothing to replay (a snapshot at the log end, as Close writes
 		// it): opening a cleanly closed log reads no segment data.
@@ -97,8 +112,8 @@ func (l *Log) replayProducers(from, end int64) error {
 			if b.LastOffset() < from || !b.hasProducer() {
 				continue
 			}
-			_ = l.producers.update(b, false)
-			l.producers.commit()
+			_ = ps.update(b, false)
+			ps.commit()
 		}
 	}
 	return nil

@@ -1,6 +1,9 @@
 package log
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // DeleteRecordsBefore makes offset the new log start offset: reads below
 // it fail with ErrOffsetOutOfRange and segments that end at or before it
@@ -176,6 +179,9 @@ func (l *Log) deleteOldest(n int) (int, error) {
 	if err := l.keepPendingSnapshot(segs[n].base); err != nil {
 		return 0, err
 	}
+	if err := l.keepSnapshotAt(segs[n].base); err != nil {
+		return 0, err
+	}
 	// Oldest first: if one cannot be deleted, the segments left are
 	// still the end of the log, on disk and in the list.
 	gone, err := l.deleteSegments(segs[:n])
@@ -208,6 +214,29 @@ func (l *Log) deleteOldest(n int) (int, error) {
 func (l *Log) keepPendingSnapshot(base int64) error {
 	written, err := l.bg.writePendingSnapshot(base)
 	if err != nil || !written {
+		return err
+	}
+	if err := l.opts.FS.SyncDir(l.dir); err != nil { // before the deletion's renames
+		return l.fail(err)
+	}
+	return nil
+}
+
+// keepSnapshotAt writes, durably, a producer snapshot at base (the first
+// segment left by a deletion) when there is none: a crash can lose a roll
+// snapshot before its flush wrote it, and recovery writes none, yet a
+// later rebuild (a crash, TruncateTo) starts at base once the segments
+// below are gone, and would lose what they held (an epoch a marker
+// raised). The state is rebuilt from the segments about to go.
+func (l *Log) keepSnapshotAt(base int64) error {
+	if slices.Contains(l.snapshots.list(), base) {
+		return nil
+	}
+	ps, err := l.rebuildProducers(base)
+	if err != nil {
+		return err
+	}
+	if err := l.writeSnapshot(base, encodeSnapshot(nil, ps)); err != nil {
 		return err
 	}
 	if err := l.opts.FS.SyncDir(l.dir); err != nil { // before the deletion's renames
