@@ -93,19 +93,25 @@ func FuzzFollowerApply(f *testing.F) {
 			return
 		}
 
-		// Fetching on from the real leader, the follower converges.
-		now := ntime
-		for range 8 {
-			now = now.Add(time.Minute) // past any backoff
-			req := follower.node.BuildFetch(0, now)
-			require.NotNil(t, req)
-			resp, err := leader.node.HandleFetch(req, now)
-			require.NoError(t, err)
-			require.NoError(t, resp.Materialize())
-			_, _ = follower.node.HandleFetchResponse(0, req, resp, now)
-		}
-		requireSameLog(t, leader.log, follower.log)
+		convergesFromLeader(t, leader, follower)
 	})
+}
+
+// convergesFromLeader checks that the follower, fetching on from the
+// real leader, ends up with the leader's log.
+func convergesFromLeader(t *testing.T, leader, follower *testReplica) {
+	t.Helper()
+	now := ntime
+	for range 8 {
+		now = now.Add(time.Minute) // past any backoff
+		req := follower.node.BuildFetch(0, now)
+		require.NotNil(t, req)
+		resp, err := leader.node.HandleFetch(req, now)
+		require.NoError(t, err)
+		require.NoError(t, resp.Materialize())
+		_, _ = follower.node.HandleFetchResponse(0, req, resp, now)
+	}
+	requireSameLog(t, leader.log, follower.log)
 }
 
 // crcStart is where a batch's CRC-covered bytes begin: its attributes.
@@ -210,16 +216,6 @@ func FuzzFollowerApplyPieces(f *testing.F) {
 		if checkFromLeader(t, data, sent) {
 			return
 		}
-		now := ntime
-		for range 8 {
-			now = now.Add(time.Minute)
-			req := follower.node.BuildFetch(0, now)
-			require.NotNil(t, req)
-			resp, err := leader.node.HandleFetch(req, now)
-			require.NoError(t, err)
-			require.NoError(t, resp.Materialize())
-			_, _ = follower.node.HandleFetchResponse(0, req, resp, now)
-		}
-		requireSameLog(t, leader.log, follower.log)
+		convergesFromLeader(t, leader, follower)
 	})
 }
