@@ -237,11 +237,15 @@ func (b *Builder) sendfileStep(fd int) bool {
 	case errors.Is(err, unix.EAGAIN):
 		b.stats.EAGAIN++
 		return false
-	case !s.sfTried && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)):
-		// The source or destination does not support sendfile: read the
-		// region into memory instead, from where it started.
+	case errors.Is(err, unix.EOVERFLOW),
+		!s.sfTried && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)):
+		// The source or destination does not support sendfile, or the
+		// offset is past the largest file the source's or destination's
+		// file system holds (EOVERFLOW, also mid-region; pread still
+		// reads the source there, or finds its end): read the rest of the
+		// region into memory instead.
 		b.parts[s.sfPart].sendfile = false
-		s.cur = cursor{s.sfPart, s.sfStart}
+		s.cur = cursor{s.sfPart, s.sfOff - b.parts[s.sfPart].off}
 		s.sfRem = 0
 		return true
 	default:
