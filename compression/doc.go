@@ -27,10 +27,10 @@
 //
 // One Decompress call appends at most [Options].MaxDecompressedSize bytes
 // ([DefaultMaxDecompressedSize], 64 MiB, unless set). The limit is enforced
-// while decoding: the output buffer never grows past dst's length plus the
-// limit (plus 64 bytes of slack for zstd), so a decompression bomb fails
-// with [ErrTooLarge] having allocated at most about twice the limit, never
-// its full output. Per codec:
+// while decoding: the output buffer is never made larger than dst's length
+// plus the limit (plus 64 bytes of slack for zstd), so a decompression bomb
+// fails with [ErrTooLarge] having allocated at most about twice the limit
+// (about 2.5 times for zstd, see below), never its full output. Per codec:
 //   - snappy: every raw block states its decoded length, checked before the
 //     block is decoded; a block declaring more than 22 bytes per input byte,
 //     which snappy cannot encode, is corrupt (no allocation on a forged
@@ -44,7 +44,10 @@
 //     bytes is corrupt) before decoding; DecodeAll then writes into a
 //     buffer capped at that bound and the limit, first at 32 times the
 //     input (at least 256 KiB), grown fourfold and decoded again as often
-//     as the output needs. Frames with windows over
+//     as the output needs, straight to the cap once that is less than eight
+//     times away (DecodeAll appends the block that crosses the buffer's
+//     end before it checks, reallocating: zstd costs up to about 2.5 times
+//     the limit). Frames with windows over
 //     128 MiB (zstd's own default limit) fail with [ErrUnsupported]; smaller
 //     windows cost no memory, since frames decode straight into the output.
 //

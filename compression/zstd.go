@@ -203,7 +203,7 @@ func (l *Local) unzstd(dst, src []byte) ([]byte, error) {
 	}
 	room := l.MaxDecompressedSize()
 	most := int(min(bound, uint64(room))) // output src may need
-	want := min(most, max(zstdMinGuess, zstdGuessRatio*len(src)))
+	want := zstdStep(max(zstdMinGuess, zstdGuessRatio*len(src)), most)
 	var w, out []byte
 	for {
 		dst = grow(dst, want+zstdSlack, want+zstdSlack)
@@ -212,7 +212,7 @@ func (l *Local) unzstd(dst, src []byte) ([]byte, error) {
 		if err == nil || cap(w) >= most+zstdSlack || !outOfRoom(err, out, w) {
 			break
 		}
-		want = min(most, zstdGrowth*cap(w)) // decode again with more room
+		want = zstdStep(zstdGrowth*cap(w), most) // decode again with more room
 	}
 	switch {
 	case err == nil:
@@ -233,6 +233,19 @@ func (l *Local) unzstd(dst, src []byte) ([]byte, error) {
 	default:
 		return dst, corrupt(Zstd, err)
 	}
+}
+
+// zstdStep returns the room of the next DecodeAll: want, or most once want
+// is over an eighth of it. A decode that fails for want of room costs its
+// buffer and, when the block that crosses the cap is appended before the
+// decoder checks it, a reallocation of about 1.25 times that buffer; with
+// attempts short of most kept under most/8, all of them together cost
+// under a sixth of the last.
+func zstdStep(want, most int) int {
+	if want > most/8 {
+		return most
+	}
+	return want
 }
 
 // outOfRoom reports whether DecodeAll may have failed with err for want
