@@ -410,7 +410,8 @@ const (
 	fakeWrongType
 	fakeAnswerThenClose
 	fakeNever
-	fakeStalledBody // half the answer; the rest only after the next request
+	fakeStalledBody   // half the answer; the rest only after the next request
+	fakeWrongTypeHead // a request's header announcing 512 KiB, and no body
 )
 
 func fakeLeader(t *testing.T) *countingListener {
@@ -450,6 +451,8 @@ func fakeLeader(t *testing.T) *countingListener {
 				continue
 			case fakeStalledBody:
 				out = ok[:len(ok)/2]
+			case fakeWrongTypeHead:
+				out = header(12+512<<10, frameMagic, 1, msgFetchRequest, h.corr)
 			}
 			if _, err := c.Write(out); err != nil {
 				return
@@ -475,6 +478,8 @@ var badResponses = []badResponse{
 	{"wrong correlation id", fakeWrongCorr, ErrMalformedFrame},
 	{"records past the frame", fakeRecordsPastFrame, ErrMalformedFrame},
 	{"wrong type", fakeWrongType, ErrMalformedFrame},
+	// Refused from its header: its body is not waited for.
+	{"wrong type, no body", fakeWrongTypeHead, ErrMalformedFrame},
 }
 
 // TestTCPTransportStreamRejectsBadResponses is

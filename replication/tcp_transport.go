@@ -381,6 +381,10 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 	if h.corr != corr {
 		return nil, nil, false, false, fmt.Errorf("%w: correlation id %d, expected %d", ErrMalformedFrame, h.corr, corr)
 	}
+	if h.typ != msgFetchResponse && h.typ != msgError {
+		// Refused before its body is read: the connection is dropped.
+		return nil, nil, false, false, fmt.Errorf("%w: unexpected message type %d", ErrMalformedFrame, h.typ)
+	}
 	// The response should be about what was asked for: allocate that much
 	// at once, and grow beyond it only as bytes arrive.
 	expect := int(max(req.MaxBytes, 0)) + 64<<10
@@ -425,10 +429,9 @@ func (t *TCPTransport) exchange(c *tcpConn, corr uint64, req *FetchRequest, buf 
 		}
 		resp, err := decodeFetchResponse(body)
 		return resp, body, true, false, err
-	case msgError:
+	default: // msgError
 		return nil, body, true, false, decodeError(body)
 	}
-	return nil, nil, false, false, fmt.Errorf("%w: unexpected message type %d", ErrMalformedFrame, h.typ)
 }
 
 // sinkBuffered hands sink a fetch response body of n bytes, at most the
