@@ -299,11 +299,11 @@ func (b *Builder) AddCopy(p []byte) {
 //
 // AddFile returns ErrInvalidRegion (and adds nothing) for a nil f (or a
 // nil pointer, func or channel in f, such as a nil *os.File), a negative
-// off or n, or
-// off+n overflowing int64. Whether the region lies inside the file is
+// off or n, off+n overflowing int64, or a response that would pass
+// MaxInt64 bytes (Len). Whether the region lies inside the file is
 // checked by WriteTo (ErrRegionPastEOF). An empty region adds nothing.
 func (b *Builder) AddFile(f io.ReaderAt, off, n int64) error {
-	if isNil(f) || off < 0 || n < 0 || off > maxInt64-n {
+	if isNil(f) || off < 0 || n < 0 || off > maxInt64-n || n > maxInt64-b.size {
 		return fmt.Errorf("%w: offset %d length %d", ErrInvalidRegion, off, n)
 	}
 	if n == 0 {

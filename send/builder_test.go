@@ -220,6 +220,11 @@ func TestAddFileInvalid(t *testing.T) {
 		})
 	}
 	var b send.Builder
+	require.NoError(t, b.AddFile(f, 0, 1<<62))
+	require.NoError(t, b.AddFile(f, 0, 1<<62-1))
+	require.ErrorIs(t, b.AddFile(f, 0, 2), send.ErrInvalidRegion, "a response of more than MaxInt64 bytes")
+	assert.Equal(t, int64(1<<63-1), b.Len(), "nothing added")
+	b.Reset()
 	require.NoError(t, b.AddFile(f, 5, 0), "an empty region is fine")
 	assert.Zero(t, b.Len())
 	b.AddBytes([]byte("x"))
