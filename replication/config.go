@@ -71,7 +71,8 @@ type Config struct {
 	// joining is refused but that keeps fetching stays caught up, and the
 	// high watermark keeps waiting for its fetches (see the package
 	// documentation): stop a replica that must not join from fetching,
-	// or drop it from the replicas with BecomeLeader.
+	// or drop it from the replicas with BecomeLeader. A Replicator
+	// refuses ISR changes once its Close began, without calling it.
 	OnISRChange func(tp TopicPartition, leaderEpoch int32, isr []int32) error
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger

@@ -182,7 +182,9 @@
 // does an acks=all Produce: waits register a channel they reuse (a held
 // fetch its connection's, a Produce one the Replicator lends) and a
 // wake sends each a token. A Produce waits on the partition itself,
-// taking no lock other partitions share.
+// taking no lock other partitions share, and a role change waits for its
+// partition's lock (a follower holds it across the fsync of what it
+// fetched) before it takes the locks all partitions share.
 //
 // An acks=all Produce returns after four hand-offs between goroutines in
 // a row: its append wakes the leader's held fetches of the followers;

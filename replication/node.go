@@ -85,13 +85,7 @@ func (n *Node) AddPartition(tp TopicPartition, l *log.Log) error {
 
 // RemovePartition stops replicating tp and forgets it; its log is left
 // to the application.
-func (n *Node) RemovePartition(tp TopicPartition) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopLocked(tp) {
-		delete(n.parts, tp)
-	}
-}
+func (n *Node) RemovePartition(tp TopicPartition) { n.stop(tp, true) }
 
 // Log returns the log of a hosted partition.
 func (n *Node) Log(tp TopicPartition) (*log.Log, bool) {
@@ -121,15 +115,13 @@ func (n *Node) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr []int3
 	if err := n.checkAssignment(replicas, isr); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalidAssignment, tp, err)
 	}
-	// Lock order n.mu, p.mu (as BuildFetch): a stale epoch must be refused
-	// before the partition leaves its fetcher, or it stops following.
-	n.mu.Lock()
-	p := n.parts[tp]
+	// Lock order p.mu, n.mu (see lockHosted): a stale epoch must be
+	// refused before the partition leaves its fetcher, or it stops
+	// following.
+	p := n.lockHosted(tp)
 	if p == nil {
-		n.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
 	if epoch < p.epoch || (epoch == p.epoch && (p.role != RoleLeader && p.role != RoleNone || p.followed == epoch)) {
 		n.mu.Unlock()
@@ -207,21 +199,19 @@ func (n *Node) checkAssignment(replicas, isr []int32) error {
 // another leader at, even after StopPartition (an epoch has one leader); a
 // leader that is this node or negative, ErrInvalidAssignment.
 func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
-	// Lock order n.mu, p.mu (as BecomeLeader): the role and the fetcher
+	// Lock order p.mu, n.mu (as BecomeLeader): the role and the fetcher
 	// change together, so that concurrent role changes leave the
 	// partition in the fetcher of the leader it follows, and in none when
 	// it leads or was removed.
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	p := n.parts[tp]
-	if p == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
-	}
 	if leader < 0 || leader == n.id {
 		return fmt.Errorf("%w: %s: leader %d for follower %d", ErrInvalidAssignment, tp, leader, n.id)
 	}
-	p.mu.Lock()
+	p := n.lockHosted(tp)
+	if p == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownPartition, tp)
+	}
 	defer p.mu.Unlock()
+	defer n.mu.Unlock()
 	if epoch < p.epoch || (epoch == p.epoch && (p.role == RoleLeader || p.led == epoch)) {
 		return fmt.Errorf("%w: %s epoch %d, current %d", ErrStaleEpoch, tp, epoch, p.epoch)
 	}
@@ -245,24 +235,44 @@ func (n *Node) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
 
 // StopPartition drops tp's role (it neither leads nor follows) while
 // keeping it hosted.
-func (n *Node) StopPartition(tp TopicPartition) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.stopLocked(tp)
+func (n *Node) StopPartition(tp TopicPartition) { n.stop(tp, false) }
+
+// stop drops tp's role and takes it out of every fetcher, and with remove
+// forgets it.
+func (n *Node) stop(tp TopicPartition, remove bool) {
+	p := n.lockHosted(tp)
+	if p == nil {
+		return
+	}
+	p.stopRole()
+	n.unfollowLocked(p)
+	if remove {
+		delete(n.parts, tp)
+	}
+	n.mu.Unlock()
+	p.mu.Unlock()
 }
 
-// stopLocked drops tp's role and takes it out of every fetcher; it
-// reports whether tp is hosted. Callers hold n.mu.
-func (n *Node) stopLocked(tp TopicPartition) bool {
-	p := n.parts[tp]
-	if p == nil {
-		return false
+// lockHosted locks and returns tp's partition, nil if tp is not hosted,
+// and then locks n.mu too; the caller unlocks both. The partition's lock
+// comes first: it may be held long (a follower's fsync, OnISRChange), and
+// a role change waiting for it must not hold n.mu meanwhile, which every
+// Produce and fetch of every partition takes.
+func (n *Node) lockHosted(tp TopicPartition) *partition {
+	for {
+		p := n.partition(tp)
+		if p == nil {
+			return nil
+		}
+		p.mu.Lock()
+		n.mu.Lock()
+		if n.parts[tp] == p {
+			return p
+		}
+		// Removed, and maybe added again, meanwhile.
+		n.mu.Unlock()
+		p.mu.Unlock()
 	}
-	p.mu.Lock()
-	p.stopRole()
-	p.mu.Unlock()
-	n.unfollowLocked(p)
-	return true
 }
 
 // unfollowLocked removes p from every fetcher. Callers hold n.mu.

@@ -29,7 +29,7 @@ type Replicator struct {
 	loops  map[int32]chan struct{} // leader id -> kick channel of its fetcher
 	closed bool
 	// ops counts the calls in progress that change state (Produce,
-	// HandleFetch, BecomeLeader, AddPartition), begun under mu while not
+	// HandleFetch, BecomeLeader, BecomeFollower, AddPartition), begun under mu while not
 	// closed: Close waits for them, so that none acts once it returned.
 	ops       sync.WaitGroup
 	closeDone chan struct{} // closed when the first Close is done
@@ -52,6 +52,19 @@ func New(cfg Config, t Transport) (*Replicator, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// Once Close began, ISR changes are refused before they reach the
+	// application: a fetch or tick that passed its closing check may still
+	// be waiting for the partition's lock.
+	onISR := node.cfg.OnISRChange
+	node.cfg.OnISRChange = func(tp TopicPartition, epoch int32, isr []int32) error {
+		if ctx.Err() != nil {
+			return ErrClosed
+		}
+		if onISR == nil {
+			return nil
+		}
+		return onISR(tp, epoch, isr)
+	}
 	r := &Replicator{node: node, cfg: node.cfg, transport: t, loops: map[int32]chan struct{}{}, ctx: ctx, cancel: cancel,
 		closeDone: make(chan struct{})}
 	r.wg.Add(1)
@@ -109,15 +122,24 @@ func (r *Replicator) BecomeLeader(tp TopicPartition, epoch int32, replicas, isr 
 // Node.BecomeFollower) and starts a fetcher for that leader if there is
 // none. After Close it returns ErrClosed and changes nothing.
 func (r *Replicator) BecomeFollower(tp TopicPartition, epoch, leader int32) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+	if !r.begin() {
 		return ErrClosed
 	}
+	defer r.ops.Done()
+	// Not under r.mu: the node waits for tp's lock, which a follower's
+	// fsync may hold long, and every Produce and fetch takes r.mu.
 	if err := r.node.BecomeFollower(tp, epoch, leader); err != nil {
 		return err
 	}
 	r.newData.wake() // held fetches of tp are answered: this node no longer leads it
+	// tp is in the node's fetcher of leader before r.mu is taken: a loop
+	// that retires after this sees it, one that retired before is gone
+	// from r.loops.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil // Close began: it stops the fetchers, and starts none
+	}
 	if kick, ok := r.loops[leader]; ok {
 		select {
 		case kick <- struct{}{}:
