@@ -302,6 +302,16 @@ func (cf *cachedFile) acquireFor(write bool) (vfs.File, error) {
 		c.mu.Unlock()
 		f, err := c.fs.OpenFile(name, cf.flag, 0)
 		c.mu.Lock()
+		if err == nil && cf.closed {
+			// Closed meanwhile: its name may be another file's by now (a
+			// deleted log's directory renamed away and a log of the same
+			// name created; a deleted segment's file removed and its
+			// name given to a later one's), which the open took.
+			c.mu.Unlock()
+			_ = f.Close()
+			cf.releaseFor(write)
+			return nil, os.ErrClosed
+		}
 		if err == nil && cf.name != name {
 			// Renamed meanwhile (renameFile): another file may have
 			// taken the old name before the open, so open the new one.
