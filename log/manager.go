@@ -340,9 +340,11 @@ func (m *Manager) Dir() string { return m.dir }
 // filesystem (macOS, Windows) two names that differ in case only are one
 // directory, so Create refuses a name that differs in case only from a
 // log's (ErrLogExists) or from one of the Manager's own entries
-// (ErrInvalidLogName), and one longer than 247 bytes (a deleted log's
-// directory takes 8 bytes more, and names are at most 255). If the new
-// log cannot be opened, its directory is removed again.
+// (ErrInvalidLogName), one longer than 247 bytes (a deleted log's
+// directory takes 8 bytes more, and names are at most 255), and one
+// ending in a dot (ErrInvalidLogName: Windows drops it, so "a." would be
+// log a's directory). If the new log cannot be opened, its directory is
+// removed again.
 func (m *Manager) Create(name string) (*Log, error) {
 	if !creatableName(name) {
 		return nil, fmt.Errorf("%w %q", ErrInvalidLogName, name)
@@ -377,10 +379,13 @@ func (m *Manager) Create(name string) (*Log, error) {
 }
 
 // creatableName reports whether Create takes name: a valid name that
-// differs, even in case only, from the Manager's own entries, and short
-// enough for its deleted directory's name.
+// differs, even in case only, from the Manager's own entries, short
+// enough for its deleted directory's name, and not ending in a dot
+// (Windows drops a path component's trailing dots: "a." is the directory
+// of log "a", and "..." the data directory).
 func creatableName(name string) bool {
-	return validLogName(name) && !reservedName(strings.ToLower(name)) && len(name) <= maxLogName-len(deletedDirSuffix)
+	return validLogName(name) && !reservedName(strings.ToLower(name)) && len(name) <= maxLogName-len(deletedDirSuffix) &&
+		!strings.HasSuffix(name, ".")
 }
 
 // sameNameLocked returns the name of a log, being created, or not fully
