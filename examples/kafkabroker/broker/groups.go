@@ -318,6 +318,7 @@ func (c *coordinator) completeJoin(g *group) {
 	g.generation++
 	if len(g.members) == 0 {
 		g.state, g.leader, g.protocol = groupEmpty, "", ""
+		c.forget(g)
 		return
 	}
 	members := g.sortedMembers()
@@ -336,6 +337,7 @@ func (c *coordinator) completeJoin(g *group) {
 			c.removeMember(g, m, errInconsistentGroupProtocol)
 		}
 		g.state, g.leader = groupEmpty, ""
+		c.forget(g)
 		return
 	}
 	g.state = groupCompletingRebalance
@@ -420,12 +422,21 @@ func (c *coordinator) membersLeft(g *group) {
 			g.generation++
 		}
 		g.state, g.leader, g.protocol = groupEmpty, "", ""
+		c.forget(g)
 		return
 	}
 	if g.state != groupPreparingRebalance {
 		c.prepareRebalance(g)
 	}
 	c.maybeCompleteJoin(g)
+}
+
+// forget drops an empty group: membership is all it holds (committed
+// offsets are in the offset store), and a JoinGroup makes it anew.
+func (c *coordinator) forget(g *group) {
+	if c.groups[g.id] == g {
+		delete(c.groups, g.id)
+	}
 }
 
 // member returns the member a request names and checks its generation.
