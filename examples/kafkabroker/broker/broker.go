@@ -117,6 +117,7 @@ type Broker struct {
 	cancel   context.CancelFunc
 	log      *slog.Logger
 	closeErr error
+	dirLock  *os.File     // held until Close (lockDataDir)
 	panics   atomic.Int64 // recovered panics of connection goroutines
 	// fetchWaits counts the fetches waiting in a long poll (see
 	// waitForFetch); tests wait for it before closing the broker.
@@ -195,7 +196,12 @@ func Start(cfg Config) (*Broker, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
+	dirLock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	b := &Broker{
+		dirLock:  dirLock,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		topics:   make(map[string][]*partition),
@@ -203,7 +209,12 @@ func Start(cfg Config) (*Broker, error) {
 		conns:    make(map[net.Conn]struct{}),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	var err error
+	started := false
+	defer func() {
+		if !started && dirLock != nil {
+			dirLock.Close()
+		}
+	}()
 	if b.pids, err = openProducerIDs(filepath.Join(cfg.DataDir, "producer-id-block")); err != nil {
 		return nil, err
 	}
@@ -230,6 +241,7 @@ func Start(cfg Config) (*Broker, error) {
 	if addr.IP.IsUnspecified() {
 		b.host = "127.0.0.1"
 	}
+	started = true
 	b.wg.Add(1)
 	go b.acceptLoop()
 	return b, nil
@@ -253,6 +265,9 @@ func (b *Broker) Close() error {
 		b.wg.Wait()
 		err := b.coord.close()
 		b.closeErr = errors.Join(err, b.logs.Close())
+		if b.dirLock != nil {
+			b.dirLock.Close()
+		}
 	})
 	return b.closeErr
 }
@@ -337,8 +352,47 @@ func (b *Broker) loadTopics() error {
 	return nil
 }
 
+// maxLogName is the longest log name the Manager creates.
+const maxLogName = 247
+
+// storableTopic reports whether the Manager can name every partition's
+// log of topic with n partitions ("topic-partition", at most maxLogName
+// bytes): Kafka's 249-byte names do not all fit.
+func storableTopic(topic string, n int) bool {
+	return len(topic)+1+len(strconv.Itoa(n-1)) <= maxLogName
+}
+
+// caseCollisionLocked reports whether topic differs in case only from a
+// topic that exists or is being created: the Manager refuses such log
+// names (case-insensitive filesystems). Callers hold b.mu.
+func (b *Broker) caseCollisionLocked(topic string) bool {
+	for t := range b.topics {
+		if t != topic && strings.EqualFold(t, topic) {
+			return true
+		}
+	}
+	for t := range b.creating {
+		if t != topic && strings.EqualFold(t, topic) {
+			return true
+		}
+	}
+	return false
+}
+
 // openPartitions opens (creating where missing) partitions 0..n-1 of topic.
-func (b *Broker) openPartitions(topic string, n int) ([]*partition, error) {
+// On an error the logs it created are deleted again, so that a refused
+// creation does not come back as a topic at the next start.
+func (b *Broker) openPartitions(topic string, n int) (_ []*partition, err error) {
+	var created []string
+	defer func() {
+		if err != nil {
+			for _, name := range created {
+				if derr := b.logs.Delete(name); derr != nil {
+					b.log.Error("delete partition of a failed topic creation", "name", name, "err", derr)
+				}
+			}
+		}
+	}()
 	parts := make([]*partition, n)
 	for i := range parts {
 		name := topic + "-" + strconv.Itoa(i)
@@ -348,6 +402,7 @@ func (b *Broker) openPartitions(topic string, n int) ([]*partition, error) {
 			if l, err = b.logs.Create(name); err != nil {
 				return nil, fmt.Errorf("broker: create partition %s: %w", name, err)
 			}
+			created = append(created, name)
 		}
 		// One node: everything in the log is committed, also what a crash
 		// left above the last checkpointed high watermark.
@@ -395,6 +450,9 @@ func (b *Broker) createTopic(topic string, n int) int16 {
 	if n < 1 || n > DefaultMaxPartitionCount {
 		return errInvalidPartitions
 	}
+	if !storableTopic(topic, n) {
+		return errInvalidTopic
+	}
 	// The name is reserved under the lock and the logs are created
 	// without it, so that requests for other topics do not wait for
 	// thousands of directories to be made.
@@ -407,6 +465,9 @@ func (b *Broker) createTopic(topic string, n int) int16 {
 	case exists || b.creating[topic]:
 		b.mu.Unlock()
 		return errTopicAlreadyExists
+	case b.caseCollisionLocked(topic):
+		b.mu.Unlock()
+		return errInvalidTopic
 	}
 	b.creating[topic] = true
 	b.mu.Unlock()

@@ -87,6 +87,8 @@ func (b *Broker) handleCreateTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateT
 				rt.ErrorCode = errInvalidTopic
 			case n < 1 || n > DefaultMaxPartitionCount:
 				rt.ErrorCode = errInvalidPartitions
+			case !storableTopic(t.Topic, n):
+				rt.ErrorCode = errInvalidTopic
 			case b.partitions(t.Topic) != nil:
 				rt.ErrorCode = errTopicAlreadyExists
 			}
