@@ -18,6 +18,9 @@
 //	leader-epoch-checkpoint         which leader epoch wrote which offsets
 //	next-segment.log.tmp            empty file the next roll renames (spare),
 //	                                its disk space allocated ahead
+//	.lock                           locked while the Log is open (flock on
+//	                                Unix, LockFileEx on Windows): a second
+//	                                Open fails with ErrLocked
 //
 // # Using a Log
 //
@@ -250,15 +253,16 @@
 // directory holds recovery-point-offset-checkpoint,
 // replication-offset-checkpoint and clean-shutdown files of the same
 // layout whose entries are "<log name> <offset>", one per log (see
-// Manager); its logs then keep no recovery-point, high-watermark or
-// clean-shutdown file of their own.
+// Manager), and the Manager's .lock; its logs then keep no
+// recovery-point, high-watermark, clean-shutdown or .lock file of their
+// own.
 //
 // # Errors
 //
 // Errors wrap the package's sentinels (ErrCorrupt, ErrInvalidRecord,
-// ErrBatchTooLarge, ErrOffsetOutOfRange, ErrClosed, ErrSyncFailed; leader
-// appends also ErrOutOfOrderSequence and ErrProducerFenced, a Reader
-// ErrTruncated, a Manager ErrLogExists, ErrNoSuchLog and
-// ErrInvalidLogName); match them with errors.Is. Corrupt or hostile bytes
+// ErrBatchTooLarge, ErrOffsetOutOfRange, ErrClosed, ErrSyncFailed,
+// ErrLocked; leader appends also ErrOutOfOrderSequence and
+// ErrProducerFenced, a Reader ErrTruncated, a Manager ErrLogExists,
+// ErrNoSuchLog and ErrInvalidLogName); match them with errors.Is. Corrupt or hostile bytes
 // never cause a panic, and a rejected append changes nothing.
 package log

@@ -40,4 +40,10 @@ var (
 	// ErrInvalidOptions reports Options that Open (or OpenManager, in
 	// ManagerOptions.Log) refuses; the message names the field.
 	ErrInvalidOptions = errors.New("replog/log: invalid options")
+	// ErrLocked reports a directory that another Log or Manager, in this
+	// process or another, has open: Open and OpenManager lock it (a
+	// ".lock" file, as Kafka's log directories have) until Close, since
+	// two writers on one log corrupt it (each recovers and appends at its
+	// own idea of the end).
+	ErrLocked = errors.New("replog/log: directory in use by another Log or Manager")
 )

@@ -2,6 +2,7 @@ package log
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -19,9 +20,10 @@ import (
 // readers do not wait for appenders. Every goroutine the Log starts (its
 // background flusher) stops in Close.
 type Log struct {
-	dir  string
-	opts Options
-	seg  segConfig
+	dir     string
+	dirLock io.Closer // held until Close (lockDir); for a Manager's log, a no-op
+	opts    Options
+	seg     segConfig
 
 	// mu serializes appends, rolls, truncation and retention: everything
 	// that changes segments or offsets.
@@ -74,7 +76,8 @@ type Log struct {
 
 // Open opens the log in dir, creating the directory if needed, and
 // recovers it if it was not closed cleanly (see the package
-// documentation).
+// documentation). It locks dir until Close: while another Log, in this
+// process or another, has it open, Open fails with ErrLocked.
 func Open(dir string, opts Options) (*Log, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -97,11 +100,19 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A Manager's logs are covered by its lock on the data directory.
+	var dirLock io.Closer = noDirLock{}
+	if o.files == nil {
+		if dirLock, err = lockDir(o.FS, dir); err != nil {
+			return nil, err
+		}
+	}
 	l := &Log{
-		dir:  dir,
-		opts: o,
-		seg:  segConfig{fs: o.FS, dir: dir, interval: o.IndexIntervalBytes, files: o.files},
-		rng:  rand.New(rand.NewPCG(uint64(o.Now().UnixNano()), 0x5eed)),
+		dir:     dir,
+		dirLock: dirLock,
+		opts:    o,
+		seg:     segConfig{fs: o.FS, dir: dir, interval: o.IndexIntervalBytes, files: o.files},
+		rng:     rand.New(rand.NewPCG(uint64(o.Now().UnixNano()), 0x5eed)),
 
 		closing:   make(chan struct{}),
 		closeDone: make(chan struct{}),
@@ -110,6 +121,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.producers = newProducerState()
 	if err := l.load(); err != nil {
 		l.closeFiles()
+		_ = dirLock.Close()
 		return nil, fmt.Errorf("replog/log: open %s: %w", dir, err)
 	}
 	startFlusher(l) // sets l.bg
@@ -289,6 +301,9 @@ func (l *Log) Close() error {
 		err = cerr
 	}
 	l.readMu.Unlock()
+	if cerr := l.dirLock.Close(); err == nil {
+		err = cerr
+	}
 	return err
 }
 

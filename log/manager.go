@@ -3,6 +3,7 @@ package log
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -63,7 +64,7 @@ func reservedName(name string) bool {
 // files.
 func checkpointName(name string) bool {
 	switch name {
-	case managerCheckpointFile, managerHighWatermarkFile, managerCleanShutdownFile:
+	case managerCheckpointFile, managerHighWatermarkFile, managerCleanShutdownFile, lockFileName:
 		return true
 	}
 	return false
@@ -112,10 +113,11 @@ type ManagerOptions struct {
 // A Manager is safe for concurrent use. Close closes every log and stops
 // every goroutine.
 type Manager struct {
-	dir   string
-	opts  ManagerOptions
-	sched *scheduler
-	files *fileCache
+	dir     string
+	dirLock io.Closer // held until Close (lockDir)
+	opts    ManagerOptions
+	sched   *scheduler
+	files   *fileCache
 
 	mu   sync.Mutex
 	logs map[string]*Log
@@ -141,7 +143,8 @@ type Manager struct {
 }
 
 // OpenManager opens every log under dir (creating dir if needed),
-// recovering them in parallel, and starts the shared workers.
+// recovering them in parallel, and starts the shared workers. It locks
+// dir until Close, as Open does a log's directory (ErrLocked).
 func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 	lo, err := o.Log.withDefaults()
 	if err != nil {
@@ -165,7 +168,17 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 	if err := mkdirDurable(fs, dir); err != nil {
 		return nil, err
 	}
-	m := &Manager{dir: dir, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{}, folded: map[string]int{},
+	dirLock, err := lockDir(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			_ = dirLock.Close()
+		}
+	}()
+	m := &Manager{dir: dir, dirLock: dirLock, opts: o, files: newFileCache(fs, o.MaxOpenFiles), logs: map[string]*Log{}, folded: map[string]int{},
 		busy: map[string]bool{}, undeleted: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{}), closeDone: make(chan struct{})}
 	m.rp = newRPStore(m)
 	cleanFile, err := m.rp.read()
@@ -209,6 +222,7 @@ func OpenManager(dir string, o ManagerOptions) (*Manager, error) {
 	}
 	m.rp.opened()
 	go m.checkpointLoop()
+	opened = true
 	return m, nil
 }
 
@@ -618,6 +632,9 @@ func (m *Manager) Close() error {
 		err = werr
 	}
 	m.sched.close()
+	if cerr := m.dirLock.Close(); err == nil {
+		err = cerr
+	}
 	return err
 }
 
