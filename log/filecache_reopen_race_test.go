@@ -49,17 +49,7 @@ func TestRegionReopenRacingDeleteAndCreateReadsNoOtherLog(t *testing.T) {
 	require.NoError(t, y.Sync())
 
 	armed.Store(true)
-	type res struct {
-		n   int
-		err error
-		buf []byte
-	}
-	done := make(chan res, 1)
-	go func() {
-		buf := make([]byte, r.Length)
-		n, err := r.File.ReadAt(buf, r.Position)
-		done <- res{n, err, buf}
-	}()
+	done := readRegionAsync(r)
 	<-entered // the read reopens x's segment file by its path
 
 	require.NoError(t, m.Delete("x"))
@@ -123,17 +113,7 @@ func TestRegionReopenRacingItsRemovalReadsNoOtherSegment(t *testing.T) {
 	require.NoError(t, err)
 
 	armed.Store(true)
-	type res struct {
-		n   int
-		err error
-		buf []byte
-	}
-	done := make(chan res, 1)
-	go func() {
-		buf := make([]byte, reg.Length)
-		n, err := reg.File.ReadAt(buf, reg.Position)
-		done <- res{n, err, buf}
-	}()
+	done := readRegionAsync(reg)
 	<-entered
 	// FileDeleteDelay passes: the flusher closes and removes the file.
 	require.Eventually(t, func() bool { _, err := mem.Stat(deleted); return err != nil }, 5*time.Second, time.Millisecond)
@@ -144,4 +124,22 @@ func TestRegionReopenRacingItsRemovalReadsNoOtherSegment(t *testing.T) {
 	if got.err == nil {
 		require.Equal(t, want, got.buf[:got.n], "the Region read another segment's bytes")
 	}
+}
+
+// regionRead is what readRegionAsync's read returned.
+type regionRead struct {
+	n   int
+	err error
+	buf []byte
+}
+
+// readRegionAsync reads r whole in a new goroutine.
+func readRegionAsync(r Region) <-chan regionRead {
+	done := make(chan regionRead, 1)
+	go func() {
+		buf := make([]byte, r.Length)
+		n, err := r.File.ReadAt(buf, r.Position)
+		done <- regionRead{n, err, buf}
+	}()
+	return done
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"runtime"
 	"slices"
@@ -23,12 +24,7 @@ import (
 func fetcherLoops(r *Replicator) []int32 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ids := make([]int32, 0, len(r.loops))
-	for id := range r.loops {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(r.loops))
 }
 
 // Three nodes on a faulty in-memory network, with role changes of every
