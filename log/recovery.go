@@ -358,8 +358,8 @@ func (l *Log) loadFresh(staleRP bool) error {
 // index, unless one is known already. It writes relOfMaxTS, so callers
 // must exclude each other: retention holds l.mu. Readers use
 // readerMaxTimestamp instead, which stores nothing. An entry that does not
-// match its batch (checkedLastTime) is not used: age retention then keeps
-// the segment.
+// match its batch (checkedLastTime) is not used: age retention then takes
+// the segment's max timestamp from its batch headers (scanMaxTimestamp).
 func (l *Log) loadSegmentMeta(s *segment) {
 	if ts, rel, ok := l.checkedLastTime(s); ok && s.maxTS.CompareAndSwap(NoTimestamp, ts) {
 		s.relOfMaxTS = rel

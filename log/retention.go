@@ -136,7 +136,7 @@ func (l *Log) raiseLogStart(start int64) error {
 // 1970, which Kafka's rule sets to NoTimestamp), the modification time of
 // its data file, as Kafka does (LogSegment.largestTimestamp): else such a
 // segment would never expire, nor would any after it. A segment whose
-// time index has an entry that fails its check stays NoTimestamp: kept.
+// time index's last entry fails its check goes by its batch headers.
 // Callers hold l.mu.
 func (l *Log) retentionTimestamp(s *segment) (int64, error) {
 	ts, err := l.segmentMaxTimestamp(s)
@@ -144,13 +144,40 @@ func (l *Log) retentionTimestamp(s *segment) (int64, error) {
 		return ts, err
 	}
 	if last, _, ok := s.timeIdx.last(); ok && last != NoTimestamp {
-		return NoTimestamp, nil
+		// The last entry failed its check: the segment's max timestamp
+		// comes from its batch headers instead (keeping the segment
+		// would hold back every later one forever).
+		if ts, err := l.scanMaxTimestamp(s); err != nil || ts != NoTimestamp {
+			return ts, err
+		}
 	}
 	st, err := l.opts.FS.Stat(s.path(logSuffix))
 	if err != nil {
 		return NoTimestamp, err
 	}
 	return st.ModTime().UnixMilli(), nil
+}
+
+// scanMaxTimestamp sets s's max timestamp from the headers of its
+// batches, for a sealed segment whose time index cannot be trusted.
+// Callers hold l.mu.
+func (l *Log) scanMaxTimestamp(s *segment) (int64, error) {
+	var hdr [BatchHeaderSize]byte
+	maxTS, rel := NoTimestamp, int32(0)
+	for p, size := int64(0), s.size.Load(); p < size; {
+		b, err := s.batchHeaderAt(p, &hdr)
+		if err != nil {
+			return NoTimestamp, err
+		}
+		if ts := b.MaxTimestamp(); ts > maxTS {
+			maxTS, rel = ts, int32(b.LastOffset()-s.base)
+		}
+		p += int64(b.Size())
+	}
+	if maxTS != NoTimestamp && s.maxTS.CompareAndSwap(NoTimestamp, maxTS) {
+		s.relOfMaxTS = rel
+	}
+	return maxTS, nil
 }
 
 func (l *Log) segmentMaxTimestamp(s *segment) (int64, error) {
