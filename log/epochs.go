@@ -106,7 +106,10 @@ func (l *Log) epochChanges(epoch int32, offset int64) bool {
 		return false
 	}
 	last, ok := l.epochs.latest()
-	return !ok || !(epoch < last.Epoch && last.StartOffset < offset ||
+	// An older epoch changes the cache only when the latest entry holds no
+	// batch (it starts at the log end: an epoch begun without appends),
+	// even if the batch comes after a gap.
+	return !ok || !(epoch < last.Epoch && last.StartOffset < min(offset, l.leo.Load()) ||
 		epoch == last.Epoch && last.StartOffset <= offset)
 }
 
@@ -124,8 +127,9 @@ func (l *Log) assignEpoch(epoch int32, offset int64) error {
 	// leadership before appending, whose follower appends then bring
 	// older epochs' batches (as Kafka's LeaderEpochFileCache.assign
 	// removes non-monotonic entries).
-	for len(c.entries) > 0 && c.entries[len(c.entries)-1].StartOffset >= offset {
-		c.entries = c.entries[:len(c.entries)-1]
+	for n := len(c.entries); n > 0 && (c.entries[n-1].StartOffset >= offset ||
+		c.entries[n-1].StartOffset >= l.leo.Load() && c.entries[n-1].Epoch >= epoch); n = len(c.entries) {
+		c.entries = c.entries[:n-1]
 	}
 	if n := len(c.entries); n == 0 || c.entries[n-1].Epoch < epoch {
 		c.entries = append(c.entries, EpochEntry{Epoch: epoch, StartOffset: offset})
