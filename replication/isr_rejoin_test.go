@@ -159,3 +159,27 @@ func TestFollowerJoiningOnItsFirstFetchStaysInTheISR(t *testing.T) {
 	leader.node.Tick(t1.Add(20 * time.Millisecond)) // before its next fetch
 	require.Equal(t, both, leader.isr(), "dropped at the next Tick")
 }
+
+// A follower that reports a log start past its own log end (its fetch
+// offset), which no log has, cannot join the ISR by it: the log start
+// is what tells the leader that the follower's records below its own
+// start need no check.
+func TestFollowerReportingALogStartPastItsEndDoesNotJoin(t *testing.T) {
+	leader, f1, f2 := leaderWithFollowerOutOfTheISR(t, 10*time.Second, Config{})
+	now := ntime.Add(time.Second)
+	leader.produceAt(t, 4, AcksLeader, now)
+	for range 2 {
+		fetchOnce(t, f1, leader, now)
+	}
+	req := f2.node.BuildFetch(leader.id, now)
+	fp := &req.Partitions[0]
+	fp.FetchOffset, fp.LastFetchedEpoch, fp.LogStartOffset = leader.log.LogEndOffset(), 1, leader.log.LogEndOffset()+100
+	_, err := leader.node.HandleFetch(req, now)
+	require.NoError(t, err)
+	require.Equal(t, []int32{0, 1}, leader.isr())
+
+	fp.LogStartOffset = fp.FetchOffset // an empty log's start is its end
+	_, err = leader.node.HandleFetch(req, now)
+	require.NoError(t, err)
+	require.Equal(t, []int32{0, 1, 2}, leader.isr())
+}

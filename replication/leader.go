@@ -93,10 +93,11 @@ func (n *Node) countServed(resp *FetchResponse) {
 // trackFollower records a follower's fetch offset, then expands the ISR
 // and advances the high watermark as it allows. A follower joins the ISR
 // once it caught up to the high watermark and to the current epoch's
-// start, and its log starts no lower than the leader's: its records below
-// the leader's start cannot be checked against the leader's epochs (they
-// were deleted), so they may be ones the leader never had, which as
-// leader it would serve and answer retries from. Callers hold p.mu.
+// start, and its log starts no lower than the leader's (nor past its own
+// end, which no log does): its records below the leader's start cannot be
+// checked against the leader's epochs (they were deleted), so they may be
+// ones the leader never had, which as leader it would serve and answer
+// retries from. Callers hold p.mu.
 func (n *Node) trackFollower(p *partition, id int32, fp FetchPartition, now time.Time) {
 	fetchOffset := fp.FetchOffset
 	rs := p.followers[id]
@@ -110,7 +111,7 @@ func (n *Node) trackFollower(p *partition, id int32, fp FetchPartition, now time
 	rs.leo, rs.logStart = fetchOffset, fp.LogStartOffset
 	rs.lastFetchLeaderLEO, rs.lastFetchTime = leo, now
 	if !p.inISR(id) && fetchOffset >= p.log.HighWatermark() && fetchOffset >= p.epochStart &&
-		fp.LogStartOffset >= p.log.LogStartOffset() {
+		fp.LogStartOffset >= p.log.LogStartOffset() && fp.LogStartOffset <= fetchOffset {
 		isr := append(slices.Clone(p.isr), id)
 		slices.Sort(isr)
 		n.changeISR(p, isr)
