@@ -95,13 +95,7 @@ func TestRegionReopenRacingItsRemovalReadsNoOtherSegment(t *testing.T) {
 	defer m.Close()
 	l, err := m.Create("a")
 	require.NoError(t, err)
-	appendSeqs := func(from, n int) {
-		for i := range n {
-			_, err := l.Append(seqBatch(t, bb, uint64(from+i), 1, 8))
-			require.NoError(t, err)
-		}
-	}
-	appendSeqs(0, 3) // segments 0, 1, 2
+	appendSeqBatches(t, l, bb, 0, 3) // segments 0, 1, 2
 	require.NoError(t, l.Sync())
 	reg, err := l.ReadRegion(2, ReadOptions{})
 	require.NoError(t, err)
@@ -117,7 +111,7 @@ func TestRegionReopenRacingItsRemovalReadsNoOtherSegment(t *testing.T) {
 	<-entered
 	// FileDeleteDelay passes: the flusher closes and removes the file.
 	require.Eventually(t, func() bool { _, err := mem.Stat(deleted); return err != nil }, 5*time.Second, time.Millisecond)
-	appendSeqs(1000, 2)                 // a new segment 2, other bytes
+	appendSeqBatches(t, l, bb, 1000, 2) // a new segment 2, other bytes
 	require.NoError(t, l.TruncateTo(1)) // ... renamed to the free 2.log.deleted
 	close(release)
 	got := <-done

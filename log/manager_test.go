@@ -1229,13 +1229,7 @@ func TestManagerRegionOfASegmentDeletedTwice(t *testing.T) {
 	defer m.Close()
 	l, err := m.Create("a")
 	require.NoError(t, err)
-	appendSeqs := func(from, n int) {
-		for i := range n {
-			_, err := l.Append(seqBatch(t, bb, uint64(from+i), 1, 8))
-			require.NoError(t, err)
-		}
-	}
-	appendSeqs(0, 3) // segments 0, 1, 2
+	appendSeqBatches(t, l, bb, 0, 3) // segments 0, 1, 2
 	require.Len(t, l.segments(), 3)
 	reg, err := l.ReadRegion(2, ReadOptions{})
 	require.NoError(t, err)
@@ -1244,7 +1238,7 @@ func TestManagerRegionOfASegmentDeletedTwice(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, l.TruncateTo(1)) // deletes segment 2
-	appendSeqs(1000, 2)                 // a new segment 2, other bytes
+	appendSeqBatches(t, l, bb, 1000, 2) // a new segment 2, other bytes
 	require.Len(t, l.segments(), 3)
 	require.NoError(t, l.TruncateTo(1))    // deletes the new segment 2
 	_, err = l.Read(nil, 0, ReadOptions{}) // the cache closes the old file

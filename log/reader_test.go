@@ -40,6 +40,16 @@ func seqBatch(tb testing.TB, bb *BatchBuilder, seq uint64, records, valueSize in
 	return b
 }
 
+// appendSeqBatches appends n one-record batches with sequence numbers
+// from, from+1, ... (seqBatch) to l.
+func appendSeqBatches(t *testing.T, l *Log, bb *BatchBuilder, from, n int) {
+	t.Helper()
+	for i := range n {
+		_, err := l.Append(seqBatch(t, bb, uint64(from+i), 1, 8))
+		require.NoError(t, err)
+	}
+}
+
 // seqOf returns the sequence number seqBatch put in b's first record.
 func seqOf(tb testing.TB, b Batch) uint64 {
 	tb.Helper()
